@@ -1,0 +1,58 @@
+"""awa_bridge: Awa's job model for Python, on the connection you already have.
+
+Enqueue jobs inside the application's own transaction on asyncpg, psycopg 3,
+SQLAlchemy or Django; the job commits or rolls back with the application's
+rows. No framework is imported until a connection of that framework is used.
+"""
+
+from .args import canonical_json, derive_kind
+from .enqueue import (
+    PreparedJob,
+    insert_job,
+    insert_job_sync,
+    insert_many,
+    insert_many_sync,
+    prepare_job,
+    row_to_job,
+)
+from .errors import (
+    AwaError,
+    DatabaseError,
+    ForeignSchema,
+    MigrationChecksumMismatch,
+    SchemaNotMigrated,
+    StaleAttempt,
+    UniqueConflict,
+    UnsupportedConnection,
+    ValidationError,
+)
+from .migrations import migrate
+from .types import InsertManyResult, Job, JobState
+from .unique import UniqueOpts, unique_key
+
+__all__ = [
+    "AwaError",
+    "DatabaseError",
+    "ForeignSchema",
+    "InsertManyResult",
+    "Job",
+    "JobState",
+    "MigrationChecksumMismatch",
+    "PreparedJob",
+    "SchemaNotMigrated",
+    "StaleAttempt",
+    "UniqueConflict",
+    "UniqueOpts",
+    "UnsupportedConnection",
+    "ValidationError",
+    "canonical_json",
+    "derive_kind",
+    "insert_job",
+    "insert_job_sync",
+    "insert_many",
+    "insert_many_sync",
+    "migrate",
+    "prepare_job",
+    "row_to_job",
+    "unique_key",
+]

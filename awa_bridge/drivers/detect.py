@@ -1,0 +1,107 @@
+"""Pick the adapter for a connection object without importing any framework.
+
+Detection looks at the object's class module, so ``import awa_bridge`` never
+imports asyncpg, psycopg, SQLAlchemy or Django.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UnsupportedConnection
+from .base import AsyncDriver, SyncDriver
+
+SUPPORTED = (
+    "asyncpg Connection (or one acquired from a Pool), psycopg Connection and AsyncConnection, "
+    "SQLAlchemy Connection, Session, AsyncConnection and AsyncSession, "
+    "and Django's connection (django.db.connection or connections[alias])"
+)
+
+
+def _classify(conn: Any) -> str:
+    cls = type(conn)
+    module = cls.__module__ or ""
+    top = module.split(".")[0]
+    name = cls.__name__
+    if top == "asyncpg" and name in {"Connection", "PoolConnectionProxy"}:
+        return "asyncpg"
+    if top == "psycopg" and name == "AsyncConnection":
+        return "psycopg-async"
+    if top == "psycopg" and name == "Connection":
+        return "psycopg"
+    if top == "sqlalchemy":
+        if name in {"AsyncConnection", "AsyncSession"}:
+            return "sqlalchemy-async"
+        if name in {"Connection", "Session"}:
+            return "sqlalchemy"
+    if top == "django" or module.startswith("django.") or _is_django_wrapper(conn):
+        return "django"
+    # Subclasses (for example a Session subclass of the application's own).
+    for base in cls.__mro__[1:]:
+        base_top = (base.__module__ or "").split(".")[0]
+        if base_top == "sqlalchemy" and base.__name__ in {"Session", "Connection"}:
+            return "sqlalchemy"
+        if base_top == "sqlalchemy" and base.__name__ in {"AsyncSession", "AsyncConnection"}:
+            return "sqlalchemy-async"
+        if base_top == "psycopg" and base.__name__ in {"Connection", "AsyncConnection"}:
+            return "psycopg" if base.__name__ == "Connection" else "psycopg-async"
+        if base_top == "asyncpg" and base.__name__ == "Connection":
+            return "asyncpg"
+    return ""
+
+
+def _is_django_wrapper(conn: Any) -> bool:
+    for base in type(conn).__mro__:
+        if base.__module__ == "django.db.backends.base.base" and base.__name__ == "BaseDatabaseWrapper":
+            return True
+    return False
+
+
+def _unsupported(conn: Any, hint: str = "") -> UnsupportedConnection:
+    return UnsupportedConnection(
+        f"unsupported connection object {type(conn).__module__}.{type(conn).__qualname__}; "
+        f"supported: {SUPPORTED}{hint}"
+    )
+
+
+def detect_sync(conn: Any) -> SyncDriver:
+    """Adapter for a synchronous connection, or a TypeError naming the supported types."""
+    kind = _classify(conn)
+    if kind == "psycopg":
+        from .psycopg import PsycopgSync
+
+        return PsycopgSync(conn)
+    if kind == "sqlalchemy":
+        from .sqlalchemy import SQLAlchemySync
+
+        return SQLAlchemySync(conn)
+    if kind == "django":
+        if getattr(conn, "vendor", None) != "postgresql":
+            raise UnsupportedConnection(
+                f"Django database {getattr(conn, 'alias', '?')!r} uses the "
+                f"{getattr(conn, 'vendor', '?')} backend; awa needs PostgreSQL"
+            )
+        from .django import DjangoSync
+
+        return DjangoSync(conn)
+    hint = "; this is an async connection: use the async API (await insert_job(...))" if kind else ""
+    raise _unsupported(conn, hint)
+
+
+def detect_async(conn: Any) -> AsyncDriver:
+    """Adapter for an asynchronous connection, or a TypeError naming the supported types."""
+    kind = _classify(conn)
+    if kind == "asyncpg":
+        from .asyncpg import Asyncpg
+
+        return Asyncpg(conn)
+    if kind == "psycopg-async":
+        from .psycopg import PsycopgAsync
+
+        return PsycopgAsync(conn)
+    if kind == "sqlalchemy-async":
+        from .sqlalchemy import SQLAlchemyAsync
+
+        return SQLAlchemyAsync(conn)
+    hint = "; this is a sync connection: use insert_job_sync(...)" if kind else ""
+    raise _unsupported(conn, hint)

@@ -1,0 +1,38 @@
+"""Django adapter: runs on ``django.db.connection`` / ``connections[alias]``.
+
+Statements go through Django's own cursor so they take part in
+``transaction.atomic()`` (savepoints included) and show up in Django's query
+log like any ORM query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..sql import Query
+from .base import Row, copy_statement
+
+
+class DjangoSync:
+    name = "django"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
+        with self.conn.cursor() as cursor:
+            cursor.execute(query.pyformat, params)
+            if cursor.description is None:
+                return []
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cursor:
+            raw = cursor.cursor  # the driver's cursor inside Django's wrapper
+            if not hasattr(raw, "copy"):
+                raise NotImplementedError("insert_many on Django needs the psycopg 3 backend for COPY")
+            with raw.copy(copy_statement(table, columns)) as copy:
+                for row in rows:
+                    copy.write_row(row)

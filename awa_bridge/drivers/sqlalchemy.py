@@ -1,0 +1,75 @@
+"""SQLAlchemy adapters for ``Connection``/``Session`` and their async forms.
+
+Statements go through SQLAlchemy itself (``text()`` with ``:name`` binds), so
+they join the transaction SQLAlchemy manages, savepoints included. COPY has
+no SQLAlchemy API: after SQLAlchemy has begun its transaction we hand the
+underlying psycopg or asyncpg connection to that driver's adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from ..sql import Query
+from .base import Row
+
+
+@cache
+def _text(query: Query) -> Any:
+    from sqlalchemy import text
+
+    return text(query.named)
+
+
+_PING = Query(name="ping", pyformat="SELECT 1", numeric="SELECT 1", named="SELECT 1", order=())
+
+
+class SQLAlchemySync:
+    name = "sqlalchemy"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn  # Session or Connection: both have execute()
+
+    def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
+        result = self.conn.execute(_text(query), params or {})
+        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        from .psycopg import PsycopgSync
+
+        self.fetch_all(_PING)  # make sure SQLAlchemy's transaction has begun
+        sa_conn = self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
+        raw = sa_conn.connection.driver_connection
+        if type(raw).__module__.split(".")[0] != "psycopg":
+            raise NotImplementedError(
+                f"insert_many needs SQLAlchemy on psycopg 3 for COPY; this engine uses {type(raw).__module__}"
+            )
+        PsycopgSync(raw).copy_rows(table, columns, rows)
+
+
+class SQLAlchemyAsync:
+    name = "sqlalchemy-async"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn  # AsyncSession or AsyncConnection
+
+    async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
+        result = await self.conn.execute(_text(query), params or {})
+        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+
+    async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        from .asyncpg import Asyncpg
+        from .psycopg import PsycopgAsync
+
+        await self.fetch_all(_PING)  # SQLAlchemy begins the driver transaction lazily
+        sa_conn = await self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
+        raw = (await sa_conn.get_raw_connection()).driver_connection
+        module = type(raw).__module__.split(".")[0]
+        if module == "asyncpg":
+            await Asyncpg(raw).copy_rows(table, columns, rows)
+        elif module == "psycopg":
+            await PsycopgAsync(raw).copy_rows(table, columns, rows)
+        else:
+            raise NotImplementedError(f"insert_many has no COPY path for SQLAlchemy on {module}")

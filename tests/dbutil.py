@@ -1,0 +1,48 @@
+"""Test-side helpers for URLs and throwaway databases (real PostgreSQL only)."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import psycopg
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    """Same server and credentials, another database."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def with_driver(url: str, driver: str) -> str:
+    """``postgresql://`` → ``postgresql+<driver>://`` for SQLAlchemy."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(scheme=f"postgresql+{driver}"))
+
+
+def django_database(url: str) -> dict[str, object]:
+    """A Django DATABASES entry for a URL (host may be a socket directory in ?host=)."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = query.get("host", [parts.hostname or ""])[0]
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": parts.username or "postgres",
+        "PASSWORD": parts.password or "",
+        "HOST": host,
+        "PORT": str(parts.port or ""),
+    }
+
+
+def create_database(server_url: str, prefix: str = "awa_test") -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return with_dbname(server_url, name)
+
+
+def drop_database(server_url: str, url: str) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
