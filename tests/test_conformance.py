@@ -1,0 +1,277 @@
+"""One suite, every supported connection type (RELIABILITY.md R7, R22, R28).
+
+Each test opens the connection the way an application would, writes an
+application row and enqueues in the same transaction, and checks the outcome
+from an independent connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+import awa_bridge
+from awa_bridge import JobState, UniqueConflict
+
+from .conftest import count_rows
+from .drivers import HANDLES, Handle
+
+
+@dataclass
+class SendEmail:
+    to: str
+    subject: str
+
+
+@pytest.fixture(params=sorted(HANDLES))
+async def handle(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Handle]:
+    if request.param == "django":
+        request.getfixturevalue("django_setup")
+    h = HANDLES[request.param]()
+    await h.open(db_url)
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+def committed_jobs(url: str) -> int:
+    return count_rows(url)
+
+
+def committed_orders(url: str) -> int:
+    return count_rows(url, "SELECT count(*) FROM app_orders")
+
+
+async def test_commit_keeps_job_and_app_row(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    await handle.app_row("order 1")
+    job = await handle.insert(SendEmail(to="a@b.com", subject="Hi"))
+    assert job.state is JobState.available
+    assert committed_jobs(db_url) == 0, "the job must not be visible before commit"
+    await handle.commit()
+    assert committed_jobs(db_url) == 1
+    assert committed_orders(db_url) == 1
+
+
+async def test_rollback_removes_job_and_app_row(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    await handle.app_row("order 1")
+    await handle.insert(SendEmail(to="a@b.com", subject="Hi"))
+    await handle.rollback()
+    assert committed_jobs(db_url) == 0
+    assert committed_orders(db_url) == 0
+
+
+async def test_rolled_back_savepoint_removes_only_its_job(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    await handle.app_row("order 1")
+    kept = await handle.insert(SendEmail(to="kept@b.com", subject="Hi"))
+    async with handle.savepoint_rolled_back():
+        await handle.insert(SendEmail(to="dropped@b.com", subject="Hi"))
+    await handle.commit()
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT id, args->>'to' FROM awa.jobs").fetchall()
+    assert rows == [(kept.id, "kept@b.com")]
+    assert committed_orders(db_url) == 1
+
+
+async def test_unique_conflict_carries_the_key(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    first = await handle.insert(SendEmail(to="a@b.com", subject="Hi"), unique=True)
+    await handle.commit()
+    assert first.unique_key is not None
+    assert first.unique_key.hex() == "917d72099c79c6dd28577111373d14be"
+    await handle.begin()
+    with pytest.raises(UniqueConflict) as info:
+        await handle.insert(SendEmail(to="a@b.com", subject="Hi"), unique=True)
+    await handle.rollback()
+    assert info.value.unique_key == first.unique_key
+    assert info.value.constraint == "jobs_unique_key_idx"
+    assert committed_jobs(db_url) == 1
+
+
+async def test_scheduled_run_at_and_round_trip(handle: Handle, db_url: str) -> None:
+    run_at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    await handle.begin()
+    job = await handle.insert(
+        {"n": 1},
+        kind="report",
+        queue="reports",
+        priority=1,
+        max_attempts=3,
+        run_at=run_at,
+        metadata={"tenant": "acme"},
+        tags=["a", "b"],
+    )
+    await handle.commit()
+    assert job.state is JobState.scheduled
+    assert job.run_at == run_at
+    assert (job.kind, job.queue, job.priority, job.max_attempts) == ("report", "reports", 1, 3)
+    assert job.metadata == {"tenant": "acme"}
+    assert job.tags == ["a", "b"]
+    assert job.attempt == 0
+    assert job.errors == []
+
+
+PAYLOADS = {
+    "unicode": {"text": 'héllo ✓ 日本語 \u2028 "quoted" \\ back', "emoji": "🎉"},
+    "nested": {"a": [1, 2.5, {"b": [None, True, False, {"c": "d"}]}], "z": {"y": {"x": []}}},
+    "empty": {},
+    "large": {"blob": "x" * 100_000, "items": list(range(1000))},
+    "numbers": {"small": 1.5e-5, "tiny": 1e-7, "big": 2**62, "neg": -3, "f": 0.1},
+}
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+async def test_payload_fidelity(handle: Handle, db_url: str, payload: str) -> None:
+    args = PAYLOADS[payload]
+    expected = awa_bridge.prepare_job(args, kind="payload", unique=True)
+    await handle.begin()
+    job = await handle.insert(args, kind="payload", unique=True)
+    await handle.commit()
+    assert job.args == args
+    assert job.unique_key == expected.unique_key, "unique keys must not depend on the driver"
+    with psycopg.connect(db_url) as conn:
+        stored = conn.execute("SELECT args FROM awa.jobs WHERE id = %s", (job.id,)).fetchone()[0]
+    assert stored == json.loads(expected.args_json) == args
+
+
+async def test_insert_many_commits_and_skips_duplicates(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    plain = await handle.insert_many([SendEmail(to=f"{i}@b.com", subject="x") for i in range(50)])
+    assert (plain.inserted, plain.skipped_duplicates) == (50, 0)
+    await handle.insert(SendEmail(to="dup@b.com", subject="x"), unique=True)
+    unique = await handle.insert_many(
+        [SendEmail(to=to, subject="x") for to in ("dup@b.com", "new@b.com", "new@b.com")],
+        unique=True,
+    )
+    assert (unique.inserted, unique.skipped_duplicates) == (1, 2)
+    await handle.commit()
+    assert committed_jobs(db_url) == 52
+
+
+async def test_insert_many_rolls_back(handle: Handle, db_url: str) -> None:
+    await handle.begin()
+    await handle.insert_many([{"i": i} for i in range(10)], kind="bulk", unique=True)
+    await handle.rollback()
+    assert committed_jobs(db_url) == 0
+
+
+def test_wrong_connection_type_lists_the_supported_ones() -> None:
+    with pytest.raises(TypeError) as info:
+        awa_bridge.insert_job_sync(object(), {"a": 1}, kind="k")
+    message = str(info.value)
+    for name in ("asyncpg", "psycopg", "SQLAlchemy", "Session", "AsyncSession", "Django"):
+        assert name in message
+    assert isinstance(info.value, awa_bridge.UnsupportedConnection)
+
+
+async def test_sync_connection_on_async_api_says_so(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn, pytest.raises(TypeError, match="insert_job_sync"):
+        await awa_bridge.insert_job(conn, {"a": 1}, kind="k")
+    assert committed_jobs(db_url) == 0
+
+
+def test_unique_insert_under_contention(db_url: str) -> None:
+    """R7: ten producers over every sync and async driver insert the same key at once."""
+    names = [
+        "asyncpg",
+        "asyncpg-pool",
+        "psycopg",
+        "psycopg-async",
+        "sqlalchemy-connection",
+        "sqlalchemy-session",
+        "sqlalchemy-async-session-asyncpg",
+        "sqlalchemy-async-connection-psycopg",
+        "psycopg",
+        "asyncpg",
+    ]
+    barrier = threading.Barrier(len(names))
+    outcomes: list[object] = []
+    lock = threading.Lock()
+
+    def producer(name: str) -> None:
+        async def run() -> object:
+            h = HANDLES[name]()
+            await h.open(db_url)
+            try:
+                await h.begin()
+                barrier.wait(timeout=30)
+                try:
+                    job = await h.insert({"order": 42}, kind="charge", unique=True)
+                    await h.commit()
+                    return job.id
+                except UniqueConflict as exc:
+                    await h.rollback()
+                    return exc
+            finally:
+                await h.close()
+
+        result = asyncio.run(run())
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=producer, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    winners = [o for o in outcomes if isinstance(o, int)]
+    conflicts = [o for o in outcomes if isinstance(o, UniqueConflict)]
+    assert len(outcomes) == len(names)
+    assert len(winners) == 1
+    assert len(conflicts) == len(names) - 1
+    assert all(c.constraint == "jobs_unique_key_idx" for c in conflicts)
+    assert committed_jobs(db_url) == 1
+
+
+async def test_unique_states_mask_allows_reinsert_after_leaving_enforced_state(db_url: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        first = await awa_bridge.insert_job(conn, {"a": 1}, kind="k", unique={"states": ["available"]})
+        assert first.unique_states == "01000000"
+        await conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = $1", first.id
+        )
+        again = await awa_bridge.insert_job(conn, {"a": 1}, kind="k", unique={"states": ["available"]})
+        assert again.id != first.id
+        with pytest.raises(UniqueConflict):
+            await awa_bridge.insert_job(conn, {"a": 1}, kind="k", unique={"states": ["available"]})
+    finally:
+        await conn.close()
+
+
+async def test_naive_and_iso_run_at_are_utc(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        naive = awa_bridge.insert_job_sync(conn, {}, kind="k", run_at=datetime(2030, 1, 1, 12, 0))
+        iso = awa_bridge.insert_job_sync(conn, {}, kind="k", run_at="2030-01-01T12:00:00+02:00")
+        conn.commit()
+    assert naive.run_at == datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    assert iso.run_at == datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
+    assert naive.run_at - iso.run_at == timedelta(hours=2)
+
+
+def test_django_connection_proxy_and_alias(db_url: str, django_setup: None) -> None:
+    """``django.db.connection`` (the proxy) and ``connections[alias]`` both work in atomic()."""
+    from django.db import connection, connections, transaction
+
+    with transaction.atomic():
+        awa_bridge.insert_job_sync(connection, {"via": "proxy"}, kind="k")
+        awa_bridge.insert_job_sync(connections["default"], {"via": "alias"}, kind="k")
+    with transaction.atomic():
+        awa_bridge.insert_job_sync(connection, {"via": "rolled back"}, kind="k")
+        transaction.set_rollback(True)
+    connection.close()
+    with psycopg.connect(db_url) as conn:
+        vias = sorted(r[0] for r in conn.execute("SELECT args->>'via' FROM awa.jobs"))
+    assert vias == ["alias", "proxy"]

@@ -1,0 +1,148 @@
+"""Bad input gets a clear error naming the field and the limit, and writes nothing (R27)."""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_bridge
+from awa_bridge import ValidationError
+
+from .conftest import count_rows
+
+
+@dataclasses.dataclass
+class Payload:
+    items: list[Any]
+
+
+class Custom:
+    pass
+
+
+# (case id, args, options, field named in the error, text the message must contain)
+CASES: list[tuple[str, Any, dict[str, Any], str, str]] = [
+    ("priority 0", {}, {"priority": 0}, "priority", "between 1 and 4"),
+    ("priority 5", {}, {"priority": 5}, "priority", "between 1 and 4"),
+    ("priority bool", {}, {"priority": True}, "priority", "integer"),
+    ("max_attempts 0", {}, {"max_attempts": 0}, "max_attempts", "between 1 and 1000"),
+    ("max_attempts 1001", {}, {"max_attempts": 1001}, "max_attempts", "between 1 and 1000"),
+    ("queue 201 chars", {}, {"queue": "q" * 201}, "queue", "limit is 200"),
+    ("kind 201 chars", {}, {"kind": "k" * 201}, "kind", "limit is 200"),
+    ("empty queue", {}, {"queue": ""}, "queue", "empty"),
+    ("21 tags", {}, {"tags": [f"t{i}" for i in range(21)]}, "tags", "limit is 20"),
+    ("tag not str", {}, {"tags": ["ok", 3]}, "tags[1]", "string"),
+    ("NUL in arg value", {"a": "x\x00y"}, {}, "args.a", "NUL"),
+    ("NUL in arg key", {"a\x00": 1}, {}, "args (key", "NUL"),
+    ("NUL nested deep", {"a": [{"b": {"c": ["ok", "\x00"]}}]}, {}, "args.a[0].b.c[1]", "NUL"),
+    ("NUL in metadata value", {}, {"metadata": {"m": {"n": "\x00"}}}, "metadata.m.n", "NUL"),
+    ("NUL in metadata key", {}, {"metadata": {"\x00": 1}}, "metadata (key", "NUL"),
+    ("NUL in tag", {}, {"tags": ["a\x00"]}, "tags[0]", "NUL"),
+    ("set is not JSON", {"s": {1, 2}}, {}, "args.s", "set is not JSON-serializable"),
+    ("object is not JSON", {"o": Custom()}, {}, "args.o", "Custom is not JSON-serializable"),
+    ("decimal is not JSON", {"d": decimal.Decimal("1.5")}, {}, "args.d", "Decimal"),
+    ("nan", {"f": float("nan")}, {}, "args.f", "finite"),
+    ("non-str key", {1: "x"}, {}, "args", "keys must be strings"),
+    ("dataclass bad item", Payload(items=[1, object()]), {}, "args.items[1]", "not JSON-serializable"),
+    ("unknown unique option", {}, {"unique": {"by_quue": True}}, "unique", "unknown option 'by_quue'"),
+    ("unique states unknown", {}, {"unique": {"states": ["done"]}}, "unique.states", "unknown state"),
+    ("unique by_period str", {}, {"unique": {"by_period": "day"}}, "unique.by_period", "integer"),
+    ("unique not a mapping", {}, {"unique": "yes"}, "unique", "expected True"),
+    ("bad run_at string", {}, {"run_at": "tomorrow"}, "run_at", "ISO 8601"),
+    ("bad run_at type", {}, {"run_at": 12}, "run_at", "datetime"),
+    ("metadata not dict", {}, {"metadata": ["x"]}, "metadata", "must be a dict"),
+    ("ordering key type", {}, {"ordering_key": 5}, "ordering_key", "bytes or str"),
+]
+
+
+def _with_kind(args: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(args, dict) and "kind" not in opts:
+        return {"kind": "validated", **opts}
+    return opts
+
+
+@pytest.mark.parametrize(("case", "args", "opts", "field", "text"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_rejected_and_writes_nothing(
+    db_url: str, case: str, args: Any, opts: dict[str, Any], field: str, text: str
+) -> None:
+    with psycopg.connect(db_url) as conn:
+        with pytest.raises(ValidationError) as info:
+            awa_bridge.insert_job_sync(conn, args, **_with_kind(args, opts))
+        assert info.value.field.startswith(field), info.value
+        assert text in str(info.value)
+        # The caller's transaction is untouched: it can go on and commit.
+        conn.execute("INSERT INTO app_orders (note) VALUES ('after error')")
+        conn.commit()
+    assert count_rows(db_url) == 0
+    assert count_rows(db_url, "SELECT count(*) FROM app_orders") == 1
+
+
+@pytest.mark.parametrize(("case", "args", "opts", "field", "text"), CASES[:6], ids=[c[0] for c in CASES[:6]])
+async def test_bad_input_async_path(
+    db_url: str, case: str, args: Any, opts: dict[str, Any], field: str, text: str
+) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        with pytest.raises(ValidationError, match=text):
+            await awa_bridge.insert_job(conn, args, **_with_kind(args, opts))
+    finally:
+        await conn.close()
+    assert count_rows(db_url) == 0
+
+
+def test_bulk_error_names_the_row_and_writes_nothing(db_url: str) -> None:
+    rows = [{"i": 1}, {"i": 2}, {"i": "bad\x00"}]
+    with psycopg.connect(db_url) as conn, pytest.raises(ValidationError) as info:
+        awa_bridge.insert_many_sync(conn, rows, kind="bulk")
+    assert info.value.field == "jobs[2].args.i"
+    assert count_rows(db_url) == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda conn: awa_bridge.insert_job_sync(conn, {"a": 1}), "explicit kind"),
+        (lambda conn: awa_bridge.insert_job_sync(conn, ["not", "args"], kind="k"), "dataclass"),
+        (lambda conn: awa_bridge.insert_job_sync(conn, {"a": 1}, kind="k", colour="red"), "colour"),
+    ],
+    ids=["dict without kind", "list args", "unknown option"],
+)
+def test_missing_kind_wrong_args_type_and_unknown_option(
+    db_url: str, call: Callable[[Any], Any], message: str
+) -> None:
+    with psycopg.connect(db_url) as conn, pytest.raises((ValidationError, TypeError), match=message):
+        call(conn)
+    assert count_rows(db_url) == 0
+
+
+def test_boundaries_are_accepted(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn:
+        for priority in (1, 4):
+            awa_bridge.insert_job_sync(conn, {}, kind="k" * 200, queue="q" * 200, priority=priority)
+        for attempts in (1, 1000):
+            awa_bridge.insert_job_sync(conn, {}, kind="k", max_attempts=attempts, tags=["t"] * 20)
+        conn.commit()
+    assert count_rows(db_url) == 4
+
+
+def test_pydantic_model_args(db_url: str) -> None:
+    import datetime
+
+    import pydantic
+
+    class ResizeImage(pydantic.BaseModel):
+        url: str
+        when: datetime.date
+
+    with psycopg.connect(db_url) as conn:
+        job = awa_bridge.insert_job_sync(conn, ResizeImage(url="u", when=datetime.date(2030, 1, 2)))
+        conn.commit()
+    assert job.kind == "resize_image"
+    assert job.args == {"url": "u", "when": "2030-01-02"}
