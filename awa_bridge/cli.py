@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
+import logging
 import os
 import sys
+from typing import Any
 
 from .errors import AwaError
+from .types import JobState
 
 
 def _database_url(value: str | None) -> str:
@@ -33,6 +38,92 @@ def _cmd_migrate(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _load_client(target: str) -> Any:
+    """``package.module:attribute`` → the Client object it names."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"error: expected MODULE:ATTRIBUTE (for example myapp.jobs:client), got {target!r}")
+    sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    try:
+        client = getattr(module, attribute)
+    except AttributeError:
+        raise SystemExit(f"error: module {module_name!r} has no attribute {attribute!r}") from None
+    if not hasattr(client, "run") or not hasattr(client, "registry"):
+        raise SystemExit(f"error: {target} is not an awa_bridge.worker.Client")
+    return client
+
+
+def _cmd_worker(ns: argparse.Namespace) -> int:
+    from .worker.config import QueueConfig
+
+    logging.basicConfig(
+        level=getattr(logging, ns.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    client = _load_client(ns.target)
+    queues = [QueueConfig.parse(spec) for spec in ns.queue] if ns.queue else None
+    client.run(queues)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if hasattr(value, "isoformat"):
+        return value.isoformat(timespec="seconds")
+    return str(value)
+
+
+def _query(url: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    import psycopg
+
+    from .drivers.psycopg import PsycopgSync
+    from .sql import QUERIES
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return PsycopgSync(conn).fetch_all(QUERIES[name], params)
+
+
+def _cmd_jobs(ns: argparse.Namespace) -> int:
+    url = _database_url(ns.database_url)
+    if ns.id is not None:
+        from .enqueue import row_to_job
+
+        rows = _query(url, "get_job", {"id": ns.id})
+        if not rows:
+            print(f"error: no job with id {ns.id}", file=sys.stderr)
+            return 1
+        job = row_to_job(rows[0])
+        for field in dataclasses.fields(job):
+            print(f"{field.name:>20}: {getattr(job, field.name)}")
+        return 0
+    params = {"queue": ns.queue, "state": ns.state, "kind": ns.kind, "limit": ns.limit}
+    rows = _query(url, "list_jobs", params)
+    _print_table(rows, ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at"])
+    return 0
+
+
+def _cmd_queues(ns: argparse.Namespace) -> int:
+    rows = _query(_database_url(ns.database_url), "queue_overview", {})
+    columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
+    _print_table(rows, [*columns, "failed", "lag_seconds"])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m awa_bridge", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -45,6 +136,32 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     migrate.add_argument("--dry-run", action="store_true", help="print what would be applied, change nothing")
     migrate.set_defaults(func=_cmd_migrate)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run a worker for a Client defined in your code",
+        description="Run the handlers registered on MODULE:CLIENT until SIGTERM or SIGINT, then "
+        "drain gracefully. Without --queue, runs the queues its handlers were registered on.",
+    )
+    worker.add_argument("target", metavar="MODULE:CLIENT", help="where the Client lives, e.g. myapp.jobs:client")
+    worker.add_argument(
+        "--queue", action="append", metavar="NAME[:N]", help="a queue to run, with N workers (repeatable)"
+    )
+    worker.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    worker.set_defaults(func=_cmd_worker)
+
+    jobs = commands.add_parser("jobs", help="list jobs (newest first) or show one")
+    jobs.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
+    jobs.add_argument("--id", type=int, help="show this job in full")
+    jobs.add_argument("--queue")
+    jobs.add_argument("--state", choices=[s.value for s in JobState])
+    jobs.add_argument("--kind")
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.set_defaults(func=_cmd_jobs)
+
+    queues = commands.add_parser("queues", help="per-queue counts, lag of the oldest available job, pause state")
+    queues.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
+    queues.set_defaults(func=_cmd_queues)
     return parser
 
 

@@ -161,9 +161,7 @@ def _normalize_run_at(run_at: datetime | str | None) -> datetime | None:
         except ValueError:
             raise ValidationError("run_at", f"{run_at!r} is not an ISO 8601 date-time") from None
     if not isinstance(run_at, datetime):
-        raise ValidationError(
-            "run_at", f"must be a datetime or an ISO 8601 string, got {type(run_at).__name__}"
-        )
+        raise ValidationError("run_at", f"must be a datetime or an ISO 8601 string, got {type(run_at).__name__}")
     return run_at if run_at.tzinfo is not None else run_at.replace(tzinfo=UTC)
 
 

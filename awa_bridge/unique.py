@@ -46,9 +46,7 @@ def parse_unique(value: Any) -> UniqueOpts | None:
         raise ValidationError("unique", f"expected True, a dict or UniqueOpts, got {type(value).__name__}")
     unknown = sorted(set(value) - set(UNIQUE_OPTIONS))
     if unknown:
-        raise ValidationError(
-            "unique", f"unknown option {unknown[0]!r}; the options are {', '.join(UNIQUE_OPTIONS)}"
-        )
+        raise ValidationError("unique", f"unknown option {unknown[0]!r}; the options are {', '.join(UNIQUE_OPTIONS)}")
     for flag in ("by_queue", "by_args"):
         if flag in value and not isinstance(value[flag], bool):
             raise ValidationError(f"unique.{flag}", f"must be True or False, got {value[flag]!r}")

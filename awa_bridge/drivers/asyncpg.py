@@ -21,6 +21,4 @@ class Asyncpg:
 
     async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         schema, _, name = table.rpartition(".")
-        await self.conn.copy_records_to_table(
-            name, schema_name=schema or None, columns=list(columns), records=rows
-        )
+        await self.conn.copy_records_to_table(name, schema_name=schema or None, columns=list(columns), records=rows)

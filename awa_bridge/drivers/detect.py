@@ -59,8 +59,7 @@ def _is_django_wrapper(conn: Any) -> bool:
 
 def _unsupported(conn: Any, hint: str = "") -> UnsupportedConnection:
     return UnsupportedConnection(
-        f"unsupported connection object {type(conn).__module__}.{type(conn).__qualname__}; "
-        f"supported: {SUPPORTED}{hint}"
+        f"unsupported connection object {type(conn).__module__}.{type(conn).__qualname__}; supported: {SUPPORTED}{hint}"
     )
 
 

@@ -1,0 +1,18 @@
+"""The pure-Python worker runtime."""
+
+from .client import Client
+from .config import QueueConfig, WorkerConfig
+from .context import JobContext
+from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, backoff_seconds
+
+__all__ = [
+    "Cancel",
+    "Client",
+    "JobContext",
+    "QueueConfig",
+    "RetryAfter",
+    "Snooze",
+    "TerminalError",
+    "WorkerConfig",
+    "backoff_seconds",
+]

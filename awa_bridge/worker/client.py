@@ -1,0 +1,159 @@
+"""The public worker API: register handlers, run queues, insert from a producer.
+
+client = Client(database_url)
+
+@client.task(SendEmail, queue="email")
+async def send_email(job):
+    await mailer.send(job.args.to, job.args.subject)
+
+client.run(queues=["email:20"])       # blocking, until SIGTERM / SIGINT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from .. import enqueue
+from ..migrations import migrate
+from ..types import InsertManyResult, Job
+from .config import QueueConfig, WorkerConfig
+from .hooks import Hooks
+from .registry import Registry
+from .runtime import Runtime
+
+log = logging.getLogger("awa_bridge.worker")
+
+F = TypeVar("F", bound=Callable[..., Any])
+QueueSpec = str | tuple[str, int] | QueueConfig
+
+
+class Client:
+    """Handlers, queues and the worker runtime for one database."""
+
+    def __init__(self, database_url: str | None = None, *, config: WorkerConfig | None = None, **timings: Any):
+        url = database_url or os.environ.get("DATABASE_URL")
+        if not url:
+            raise ValueError("Client needs a database URL (argument or DATABASE_URL)")
+        self.database_url = url
+        self.config = config or WorkerConfig(**timings)
+        self.registry = Registry()
+        self.hooks = Hooks()
+        self.runtime: Runtime | None = None
+        self._insert_pool: Any = None
+
+    # -- registration ------------------------------------------------------
+
+    def task(
+        self,
+        args_type: type | str,
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        transactional: bool = False,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of a job kind.
+
+        ``args_type`` is a dataclass or pydantic model (the kind is its snake
+        case name and ``job.args`` an instance of it), or a kind name (then
+        ``job.args`` is the dict). ``async def`` handlers run on the event
+        loop, plain ``def`` handlers in threads. With ``transactional=True``
+        the handler gets ``job.conn`` (asyncpg for async handlers, psycopg for
+        sync ones) inside the transaction that also records the job's outcome.
+        """
+
+        def decorate(fn: F) -> F:
+            self.registry.register(args_type, fn, kind=kind, queue=queue, transactional=transactional)
+            return fn
+
+        return decorate
+
+    def on(self, event: str) -> Callable[[F], F]:
+        """Register a lifecycle hook: started, completed, retried, exhausted, cancelled, rescued, snoozed."""
+
+        def decorate(fn: F) -> F:
+            self.hooks.add(event, fn)
+            return fn
+
+        return decorate
+
+    # -- running -------------------------------------------------------------
+
+    def queue_configs(self, queues: Iterable[QueueSpec] | None) -> list[QueueConfig]:
+        if queues is None:
+            names = sorted({h.queue for h in self.registry.handlers.values()}) or ["default"]
+            return [QueueConfig(name) for name in names]
+        configs = [QueueConfig.parse(spec) for spec in queues]
+        if not configs:
+            raise ValueError("give at least one queue")
+        return configs
+
+    async def start(self, queues: Iterable[QueueSpec] | None = None) -> None:
+        """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
+        if self.runtime is not None and self.runtime.started:
+            raise RuntimeError("this client's worker is already running")
+        self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
+        await self.runtime.start()
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop claiming, drain for up to ``timeout`` seconds, release what is left."""
+        if self.runtime is not None:
+            await self.runtime.shutdown(timeout)
+        if self._insert_pool is not None:
+            await self._insert_pool.close()
+            self._insert_pool = None
+
+    def run(self, queues: Iterable[QueueSpec] | None = None) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        asyncio.run(self._run_until_signal(queues))
+
+    async def _run_until_signal(self, queues: Iterable[QueueSpec] | None) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._signalled, sig, stop)
+        await self.start(queues)
+        try:
+            await stop.wait()
+        finally:
+            await self.shutdown()
+
+    @staticmethod
+    def _signalled(sig: signal.Signals, stop: asyncio.Event) -> None:
+        log.info("received %s: shutting down gracefully", sig.name)
+        stop.set()
+
+    # -- producing -------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply the schema migrations (see ``awa_bridge.migrate``)."""
+        return migrate(self.database_url)
+
+    async def _pool(self) -> Any:
+        import asyncpg
+
+        if self._insert_pool is None:
+            self._insert_pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=4)
+        return self._insert_pool
+
+    async def insert(self, args: Any, **opts: Any) -> Job:
+        """Insert one job in its own transaction (for producers without a transaction of their own)."""
+        pool = await self._pool()
+        async with pool.acquire() as conn:
+            return await enqueue.insert_job(conn, args, **opts)
+
+    async def insert_many(self, jobs: Sequence[Any], **opts: Any) -> InsertManyResult:
+        pool = await self._pool()
+        async with pool.acquire() as conn, conn.transaction():
+            return await enqueue.insert_many(conn, jobs, **opts)
+
+    def insert_sync(self, args: Any, **opts: Any) -> Job:
+        """Blocking form of ``insert`` (one short-lived psycopg connection)."""
+        import psycopg
+
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            return enqueue.insert_job_sync(conn, args, **opts)

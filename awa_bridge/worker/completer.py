@@ -1,0 +1,126 @@
+"""Lease-fenced finalization, batched.
+
+Plain completions are collected for a couple of milliseconds and written with
+one UPDATE per batch; other outcomes (retry, fail, snooze, cancel) and
+completions carrying progress are written one by one. A write that matches no
+row means the attempt was superseded (rescued, cancelled, released): it is
+logged and never retried. A database error keeps the batch and tries again;
+the jobs stay held and heartbeated meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..sql import QUERIES
+from .context import JobContext
+from .outcomes import Outcome
+
+log = logging.getLogger("awa_bridge.worker")
+
+Finished = Callable[[JobContext, Outcome, bool], None]
+
+
+def finish_params(ctx: JobContext, outcome: Outcome) -> dict[str, Any]:
+    """Parameters of ``finish_attempt`` for one outcome."""
+    progress, metadata = ctx.pending_progress()
+    run_at = None
+    if outcome.state in ("retryable", "scheduled", "available"):
+        run_at = datetime.now(UTC) + timedelta(seconds=outcome.delay)
+    return {
+        "id": ctx.id,
+        "lease": ctx.run_lease,
+        "state": outcome.state,
+        "run_at": run_at,
+        "refund": 1 if outcome.refund else 0,
+        "error": json.dumps(outcome.error) if outcome.error else None,
+        "progress": progress,
+        "metadata": metadata,
+    }
+
+
+def complete_params(ctx: JobContext) -> dict[str, Any]:
+    progress, metadata = ctx.pending_progress()
+    return {"id": ctx.id, "lease": ctx.run_lease, "progress": progress, "metadata": metadata}
+
+
+def needs_single_write(ctx: JobContext, outcome: Outcome) -> bool:
+    return outcome.state != "completed" or ctx._progress_dirty or bool(ctx._metadata_patch)
+
+
+class Completer:
+    def __init__(self, pool: Any, batch: int, flush_interval: float, on_finished: Finished) -> None:
+        self.pool = pool
+        self.batch = batch
+        self.flush_interval = flush_interval
+        self.on_finished = on_finished
+        self.pending: list[tuple[JobContext, Outcome]] = []
+        self.wake = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def submit(self, ctx: JobContext, outcome: Outcome) -> None:
+        self.pending.append((ctx, outcome))
+        self.idle.clear()
+        self.wake.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while True:
+            if not self.pending:
+                self.idle.set()
+                if stopping.is_set():
+                    return
+                self.wake.clear()
+                waiter = asyncio.ensure_future(self.wake.wait())
+                stop = asyncio.ensure_future(stopping.wait())
+                await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stop.cancel()
+                continue
+            if len(self.pending) < self.batch and not stopping.is_set():
+                await asyncio.sleep(self.flush_interval)  # let a batch gather
+            items, self.pending = self.pending[: self.batch], self.pending[self.batch :]
+            try:
+                await self.flush(items)
+            except Exception as exc:
+                log.warning("finalizing %d job(s) failed (%s); retrying", len(items), exc)
+                self.pending[:0] = items
+                await asyncio.sleep(0.5)
+
+    async def flush(self, items: list[tuple[JobContext, Outcome]]) -> None:
+        simple = [(c, o) for c, o in items if not needs_single_write(c, o)]
+        single = [(c, o) for c, o in items if needs_single_write(c, o)]
+        async with self.pool.acquire() as conn:
+            done: set[int] = set()
+            if simple:
+                query = QUERIES["complete_jobs"]
+                params = {"ids": [c.id for c, _ in simple], "leases": [c.run_lease for c, _ in simple]}
+                rows = await conn.fetch(query.numeric, *query.positional(params))
+                done = {row["id"] for row in rows}
+            results = [(c, o, c.id in done) for c, o in simple]
+            for ctx, outcome in single:
+                results.append((ctx, outcome, await finalize_one(conn, ctx, outcome)))
+        for ctx, outcome, applied in results:
+            self.on_finished(ctx, outcome, applied)
+
+    async def drain(self) -> None:
+        """Wait until everything submitted so far has been written."""
+        self.wake.set()
+        await self.idle.wait()
+
+
+async def finalize_one(conn: Any, ctx: JobContext, outcome: Outcome) -> bool:
+    """One guarded write for one outcome on ``conn`` (which may be inside a transaction)."""
+    if outcome.state == "completed":
+        query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
+    else:
+        query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
+    row = await conn.fetchrow(query.numeric, *query.positional(params))
+    if row is not None:
+        ctx.mark_flushed()
+    return row is not None

@@ -1,0 +1,109 @@
+"""Worker and queue settings, with awa's defaults and validation up front.
+
+Bad settings raise ``ValidationError`` naming the setting when the worker is
+configured, never halfway through a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ValidationError
+
+DEFAULT_MAX_WORKERS = 10
+DEFAULT_DEADLINE_SECONDS = 300.0
+DEFAULT_POLL_INTERVAL_SECONDS = 1.0
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30.0
+DEFAULT_HEARTBEAT_STALENESS_SECONDS = 90.0
+DEFAULT_RESCUE_INTERVAL_SECONDS = 30.0
+DEFAULT_PROMOTE_INTERVAL_SECONDS = 1.0
+DEFAULT_LEADER_ELECTION_INTERVAL_SECONDS = 5.0
+DEFAULT_CLEANUP_INTERVAL_SECONDS = 60.0
+DEFAULT_COMPLETED_RETENTION_SECONDS = 24 * 3600.0
+DEFAULT_FAILED_RETENTION_SECONDS = 72 * 3600.0
+DEFAULT_DRAIN_TIMEOUT_SECONDS = 30.0
+DEFAULT_CLAIM_BATCH = 100
+DEFAULT_COMPLETION_BATCH = 500
+DEFAULT_COMPLETION_FLUSH_SECONDS = 0.002
+MAINTENANCE_BATCH = 1000
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValidationError(name, f"must be a positive number of seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """One queue this worker runs."""
+
+    name: str
+    max_workers: int = DEFAULT_MAX_WORKERS
+    deadline: float = DEFAULT_DEADLINE_SECONDS
+    poll_interval: float = DEFAULT_POLL_INTERVAL_SECONDS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 1 <= len(self.name) <= 200:
+            raise ValidationError("queue", f"must be a name of 1 to 200 characters, got {self.name!r}")
+        if isinstance(self.max_workers, bool) or not isinstance(self.max_workers, int) or self.max_workers < 1:
+            raise ValidationError(f"queues[{self.name}].max_workers", f"must be >= 1, got {self.max_workers!r}")
+        _positive(f"queues[{self.name}].deadline", self.deadline)
+        _positive(f"queues[{self.name}].poll_interval", self.poll_interval)
+
+    @classmethod
+    def parse(cls, spec: str | tuple[str, int] | QueueConfig) -> QueueConfig:
+        """Accept ``"name"``, ``"name:N"``, ``("name", N)`` or a QueueConfig."""
+        if isinstance(spec, QueueConfig):
+            return spec
+        if isinstance(spec, tuple):
+            return cls(spec[0], max_workers=spec[1])
+        name, sep, count = spec.rpartition(":")
+        if sep and count.isdigit():
+            return cls(name, max_workers=int(count))
+        if sep and not count.isdigit():
+            raise ValidationError("queue", f"{spec!r}: expected NAME or NAME:N with N a positive integer")
+        return cls(spec)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Process-wide timings. The heartbeat staleness must be at least 3 heartbeats."""
+
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    heartbeat_staleness: float = DEFAULT_HEARTBEAT_STALENESS_SECONDS
+    rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
+    promote_interval: float = DEFAULT_PROMOTE_INTERVAL_SECONDS
+    leader_election_interval: float = DEFAULT_LEADER_ELECTION_INTERVAL_SECONDS
+    cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL_SECONDS
+    completed_retention: float = DEFAULT_COMPLETED_RETENTION_SECONDS
+    failed_retention: float = DEFAULT_FAILED_RETENTION_SECONDS
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_SECONDS
+    claim_batch: int = DEFAULT_CLAIM_BATCH
+    completion_batch: int = DEFAULT_COMPLETION_BATCH
+    completion_flush: float = DEFAULT_COMPLETION_FLUSH_SECONDS
+    maintenance: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "heartbeat_interval",
+            "heartbeat_staleness",
+            "rescue_interval",
+            "promote_interval",
+            "leader_election_interval",
+            "cleanup_interval",
+            "completed_retention",
+            "failed_retention",
+            "drain_timeout",
+            "completion_flush",
+        ):
+            _positive(name, getattr(self, name))
+        if self.heartbeat_staleness < 3 * self.heartbeat_interval:
+            raise ValidationError(
+                "heartbeat_staleness",
+                f"must be at least 3 x heartbeat_interval ({3 * self.heartbeat_interval} s), "
+                f"got {self.heartbeat_staleness} s: a live worker would be rescued",
+            )
+        for name in ("claim_batch", "completion_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(name, f"must be a positive integer, got {value!r}")

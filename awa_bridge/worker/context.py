@@ -1,0 +1,108 @@
+"""The job object a handler receives."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..args import canonical_json
+from ..errors import StaleAttempt, ValidationError
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+@dataclass
+class JobContext:
+    """One attempt of one job, as the handler sees it.
+
+    ``args`` is decoded into the handler's registered type. ``progress`` holds
+    what earlier attempts recorded. ``conn`` is the finalization transaction's
+    connection for transactional handlers, else ``None``.
+    """
+
+    id: int
+    kind: str
+    queue: str
+    args: Any
+    raw_args: Any
+    attempt: int
+    max_attempts: int
+    priority: int
+    metadata: dict[str, Any]
+    tags: list[str]
+    run_lease: int
+    progress: Any
+    deadline_at: datetime | None
+    conn: Any = None
+    _runtime: Runtime | None = field(default=None, repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _progress_dirty: bool = field(default=False, repr=False)
+    _metadata_patch: dict[str, Any] = field(default_factory=dict, repr=False)
+    _task: Any = field(default=None, repr=False)
+
+    # -- cancellation ------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker gave up on this attempt (deadline or shutdown).
+
+        Sync handlers that loop should check it; async handlers are also
+        cancelled with ``asyncio.CancelledError``.
+        """
+        return self._cancelled.is_set()
+
+    # -- progress ------------------------------------------------------------
+
+    def set_progress(self, percent: float, message: str | None = None) -> None:
+        """Record progress in memory; it is written at the next flush or at the end of the attempt."""
+        if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 <= percent <= 100:
+            raise ValidationError("percent", f"must be a number from 0 to 100, got {percent!r}")
+        self.progress = {
+            "percent": percent,
+            "message": message,
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+        self._progress_dirty = True
+
+    def update_metadata(self, values: dict[str, Any]) -> None:
+        """Merge keys into the job's metadata (shallow), persisted like progress."""
+        canonical_json(values, "metadata")
+        self.metadata.update(values)
+        self._metadata_patch.update(values)
+
+    def pending_progress(self) -> tuple[str | None, str]:
+        """(progress JSON or None, metadata patch JSON) to write with the next guarded update."""
+        progress = canonical_json(self.progress, "progress") if self._progress_dirty else None
+        return progress, canonical_json(self._metadata_patch, "metadata")
+
+    def mark_flushed(self) -> None:
+        self._progress_dirty = False
+        self._metadata_patch = {}
+
+    def flush_progress(self) -> Any:
+        """Write progress and metadata now, fenced by run_lease.
+
+        From an async handler: ``await job.flush_progress()``. From a sync
+        handler (a worker thread) it runs at once and returns None. Raises
+        ``StaleAttempt`` when this attempt was superseded (rescued, cancelled).
+        """
+        if self._runtime is None:
+            raise RuntimeError("this job is not attached to a running worker")
+        coro = self._runtime.flush_progress(self)
+        loop = self._runtime.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return coro
+        asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return None
+
+    def _raise_if_stale(self, updated: bool) -> None:
+        if not updated:
+            raise StaleAttempt(f"job {self.id} attempt with run_lease {self.run_lease} was superseded")

@@ -1,0 +1,147 @@
+"""Run one attempt and map what happened to an ``Outcome``.
+
+Async handlers run on the event loop, sync handlers on the daemon thread
+pool. A handler past its deadline is cancelled (async) or told so through
+``job.cancelled`` (sync), and the attempt ends as a deadline error.
+Transactional handlers run inside the transaction that also finalizes the
+job, so their writes commit exactly when the job's outcome does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StaleAttempt
+from .completer import finalize_one
+from .context import JobContext
+from .outcomes import Outcome, error_record, outcome_of_exception, outcome_of_result
+from .registry import ArgsDecodeError, Handler
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("awa_bridge.worker")
+
+
+class DeadlineExceeded(Exception):
+    """The attempt ran past its queue's deadline."""
+
+
+def failed_at_once(ctx: JobContext, message: str, exc: BaseException | None = None) -> Outcome:
+    return Outcome("failed", error=error_record(exc, ctx.attempt, message), label="exhausted")
+
+
+def seconds_left(ctx: JobContext) -> float | None:
+    if ctx.deadline_at is None:
+        return None
+    return max((ctx.deadline_at - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext) -> Outcome | None:
+    """Run the attempt; return its outcome, or None when it finalized itself (transactional)."""
+    if handler is None:
+        return failed_at_once(ctx, f"unknown job kind {ctx.kind!r}: no handler is registered for it")
+    try:
+        ctx.args = handler.decode(ctx.raw_args)
+    except ArgsDecodeError as exc:
+        return failed_at_once(ctx, str(exc), exc)
+    runtime.hooks.fire("started", ctx)
+    if handler.transactional:
+        await run_transactional(runtime, handler, ctx)
+        return None
+    try:
+        result = await _invoke(runtime, handler, ctx)
+    except DeadlineExceeded as exc:
+        return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+    return outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+
+
+async def _invoke(runtime: Runtime, handler: Handler, ctx: JobContext) -> Any:
+    timeout = seconds_left(ctx)
+    if handler.is_async:
+        work = asyncio.ensure_future(handler.fn(ctx))
+    else:
+        work = runtime.threads.submit(runtime.loop, handler.fn, ctx)
+    try:
+        return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
+    except TimeoutError:
+        ctx._cancelled.set()
+        work.cancel()  # async handlers see CancelledError; sync ones only job.cancelled
+        raise DeadlineExceeded("deadline exceeded: the attempt ran longer than its queue's deadline") from None
+    except asyncio.CancelledError:
+        ctx._cancelled.set()
+        work.cancel()
+        raise
+
+
+async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
+    """Handler writes and the job's finalization in ONE transaction, fenced by run_lease."""
+    if not handler.is_async:
+        await runtime.threads.submit(runtime.loop, run_transactional_sync, runtime, handler, ctx)
+        return
+    async with runtime.pool.acquire() as conn:
+        outcome: Outcome | None = None
+        try:
+            async with conn.transaction():
+                ctx.conn = conn
+                try:
+                    result = await _invoke(runtime, handler, ctx)
+                finally:
+                    ctx.conn = None
+                outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+                if not await finalize_one(conn, ctx, outcome):
+                    raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
+        except StaleAttempt:
+            log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
+            runtime.finished(ctx, outcome or Outcome("completed"), False)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            runtime.completer.submit(ctx, outcome_of_exception(exc, ctx.attempt, ctx.max_attempts))
+            return
+    runtime.finished(ctx, outcome, True)
+
+
+def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
+    """The sync form, on a psycopg connection in a worker thread."""
+    import psycopg
+
+    from ..sql import QUERIES
+    from .completer import complete_params, finish_params
+
+    outcome: Outcome | None = None
+    with runtime.sync_connection() as conn:
+        try:
+            with conn.transaction():
+                ctx.conn = conn
+                try:
+                    result = handler.fn(ctx)
+                finally:
+                    ctx.conn = None
+                outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+                if outcome.state == "completed":
+                    query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
+                else:
+                    query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
+                if conn.execute(query.pyformat, params).fetchone() is None:
+                    raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
+                ctx.mark_flushed()
+        except StaleAttempt:
+            log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
+            runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome or Outcome("completed"), False)
+            return
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:
+            failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+            runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
+            return
+    runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, True)

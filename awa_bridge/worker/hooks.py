@@ -1,0 +1,28 @@
+"""Lifecycle hooks: best effort, in process, never allowed to break a worker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("awa_bridge.worker")
+
+EVENTS = ("started", "completed", "retried", "exhausted", "cancelled", "rescued", "snoozed")
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.listeners: dict[str, list[Callable[[Any], Any]]] = {event: [] for event in EVENTS}
+
+    def add(self, event: str, fn: Callable[[Any], Any]) -> None:
+        if event not in self.listeners:
+            raise ValueError(f"unknown hook event {event!r}; events are {', '.join(EVENTS)}")
+        self.listeners[event].append(fn)
+
+    def fire(self, event: str, subject: Any) -> None:
+        for fn in self.listeners.get(event, ()):
+            try:
+                fn(subject)
+            except Exception:
+                log.exception("%s hook %r raised; ignored", event, fn)

@@ -1,0 +1,302 @@
+"""The worker's lifecycle: claim, dispatch, finalize, drain.
+
+One producer per queue claims up to its free slots in one statement (woken by
+NOTIFY, by freed slots while a backlog remains, or by its poll interval);
+each claimed attempt runs as a task; the completer writes outcomes in
+batches; the heartbeat thread keeps held attempts alive; the maintenance
+leader (in whichever process holds the lock) promotes, rescues and cleans up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sql import QUERIES
+from .aio import sleep_unless
+from .completer import Completer
+from .config import QueueConfig, WorkerConfig
+from .context import JobContext
+from .executor import run_attempt
+from .heartbeat import HeartbeatThread
+from .hooks import Hooks
+from .listener import Listener
+from .maintenance import Maintenance
+from .outcomes import Outcome, error_record
+from .registry import Registry
+from .threads import DaemonThreadPool
+
+log = logging.getLogger("awa_bridge.worker")
+
+
+@dataclass
+class QueueState:
+    config: QueueConfig
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    running: int = 0
+    backlog: bool = False  # the last claim filled its batch: more may be waiting
+    claimed: int = 0
+
+    @property
+    def free(self) -> int:
+        return self.config.max_workers - self.running
+
+
+class Runtime:
+    def __init__(
+        self,
+        database_url: str,
+        registry: Registry,
+        queues: Sequence[QueueConfig],
+        config: WorkerConfig,
+        hooks: Hooks,
+    ) -> None:
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.database_url = database_url
+        self.registry = registry
+        self.config = config
+        self.hooks = hooks
+        self.queues = {q.name: QueueState(q) for q in queues}
+        self.inflight: dict[int, JobContext] = {}
+        self.inflight_lock = threading.Lock()
+        self.stopping = asyncio.Event()
+        self.claiming = True
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.services: list[asyncio.Task[Any]] = []
+        self.attempts: set[asyncio.Task[Any]] = set()
+        self._sync_pool: Any = None
+        self.started = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        import asyncpg
+
+        self.loop = asyncio.get_running_loop()
+        size = max(4, len(self.queues) + 3)
+        self.pool = await asyncpg.create_pool(
+            self.database_url, min_size=2, max_size=size, server_settings={"application_name": "awa-worker"}
+        )
+        sync_slots = sum(q.config.max_workers for q in self.queues.values())
+        self.threads = DaemonThreadPool(min(sync_slots, 256))
+        self.completer = Completer(self.pool, self.config.completion_batch, self.config.completion_flush, self.finished)
+        self.heartbeat = HeartbeatThread(self.database_url, self.config.heartbeat_interval, self.held, self._superseded)
+        self.heartbeat.start()
+        self.listener = Listener(self.database_url, self._notified)
+        self.maintenance = Maintenance(self.database_url, self.config, self._rescued)
+        self.services = [
+            asyncio.create_task(self.completer.run(self.stopping), name="awa-completer"),
+            asyncio.create_task(self.listener.run(self.stopping), name="awa-listener"),
+        ]
+        if self.config.maintenance:
+            self.services.append(asyncio.create_task(self.maintenance.run(self.stopping), name="awa-maintenance"))
+        self.producers = [
+            asyncio.create_task(self._produce(state), name=f"awa-producer-{name}")
+            for name, state in self.queues.items()
+        ]
+        self.started = True
+        queues = ", ".join(f"{q.config.name} ({q.config.max_workers} workers)" for q in self.queues.values())
+        log.info("worker started: queues %s; kinds %s", queues, ", ".join(sorted(self.registry.handlers)) or "-")
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running attempts finish for up to ``timeout``, release the rest."""
+        if not self.started:
+            return
+        timeout = self.config.drain_timeout if timeout is None else timeout
+        self.claiming = False
+        for state in self.queues.values():
+            state.wake.set()
+        await asyncio.gather(*self.producers, return_exceptions=True)
+        running = list(self.attempts)
+        log.info(
+            "shutting down: no more claims; draining %d running job(s) for up to %.1f s",
+            len(running),
+            timeout,
+        )
+        if running:
+            _, pending = await asyncio.wait(running, timeout=timeout)
+            if pending:
+                await self._release(pending)
+        await self.completer.drain()
+        self.stopping.set()
+        await asyncio.gather(*self.services, return_exceptions=True)
+        self.heartbeat.stop()
+        self.threads.shutdown()
+        await self.pool.close()
+        if self._sync_pool is not None:
+            self._sync_pool.close()
+        self.started = False
+        log.info("worker stopped")
+
+    async def _release(self, pending: set[asyncio.Task[Any]]) -> None:
+        with self.inflight_lock:
+            held = [(c.id, c.run_lease) for c in self.inflight.values() if c._task in pending]
+            for ctx in self.inflight.values():
+                if ctx._task in pending:
+                    ctx._cancelled.set()
+        for task in pending:
+            task.cancel()
+        if held:
+            query = QUERIES["release_jobs"]
+            params = {"ids": [i for i, _ in held], "leases": [lease for _, lease in held]}
+            try:
+                async with self.pool.acquire() as conn:
+                    rows = await conn.fetch(query.numeric, *query.positional(params))
+                log.warning("drain timeout: released %d unfinished job(s) for prompt retry", len(rows))
+            except Exception as exc:
+                log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
+            with self.inflight_lock:
+                for job_id, _ in held:
+                    self.inflight.pop(job_id, None)
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- producing -----------------------------------------------------------
+
+    async def _produce(self, state: QueueState) -> None:
+        q = state.config
+        query = QUERIES["claim_jobs"]
+        failures = 0
+        while self.claiming:
+            state.wake.clear()
+            want = min(state.free, self.config.claim_batch)
+            if want > 0:
+                params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
+                try:
+                    async with self.pool.acquire() as conn:
+                        rows = await conn.fetch(query.numeric, *query.positional(params))
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    delay = min(0.1 * 2**failures, 5.0)
+                    log.warning("claim on queue %s failed (%s); retrying in %.1f s", q.name, exc, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                state.backlog = len(rows) == want
+                for row in rows:
+                    self._dispatch(state, row)
+                if state.backlog and state.free > 0:
+                    continue
+            if not self.claiming:
+                break
+            with contextlib.suppress(TimeoutError):
+                # Jitter spreads the polls of many workers.
+                await asyncio.wait_for(state.wake.wait(), q.poll_interval * random.uniform(0.9, 1.1))
+
+    def _dispatch(self, state: QueueState, row: Any) -> None:
+        ctx = JobContext(
+            id=row["id"],
+            kind=row["kind"],
+            queue=row["queue"],
+            args=None,
+            raw_args=json.loads(row["args"]),
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            priority=row["priority"],
+            metadata=json.loads(row["metadata"]),
+            tags=list(row["tags"]),
+            run_lease=row["run_lease"],
+            progress=json.loads(row["progress"]) if row["progress"] else None,
+            deadline_at=row["deadline_at"],
+            _runtime=self,
+        )
+        with self.inflight_lock:
+            self.inflight[ctx.id] = ctx
+        state.running += 1
+        state.claimed += 1
+        task = asyncio.create_task(self._execute(state, ctx))
+        ctx._task = task
+        self.attempts.add(task)
+        task.add_done_callback(self.attempts.discard)
+
+    async def _execute(self, state: QueueState, ctx: JobContext) -> None:
+        try:
+            outcome = await run_attempt(self, self.registry.get(ctx.kind), ctx)
+        except asyncio.CancelledError:
+            return  # released at shutdown
+        except Exception as exc:  # the runtime itself failed (e.g. the database went away)
+            log.exception("job %s: attempt failed inside the worker", ctx.id)
+            outcome = Outcome("retryable", delay=1.0, error=error_record(exc, ctx.attempt), label="retried")
+        finally:
+            state.running -= 1
+            if state.backlog and state.free >= max(1, min(self.config.claim_batch, state.config.max_workers) // 4):
+                state.wake.set()
+        if outcome is not None:
+            self.completer.submit(ctx, outcome)
+
+    # -- callbacks from the services -------------------------------------------
+
+    def finished(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
+        """An outcome was written (``applied``) or found superseded."""
+        with self.inflight_lock:
+            if self.inflight.get(ctx.id) is ctx:
+                del self.inflight[ctx.id]
+        if not applied:
+            log.warning(
+                "job %s: the %s write for attempt %s (run_lease %s) changed nothing: "
+                "the attempt was superseded (rescued, cancelled or released)",
+                ctx.id,
+                outcome.label,
+                ctx.attempt,
+                ctx.run_lease,
+            )
+            return
+        if outcome.label != "completed":
+            log.info("job %s (%s): %s", ctx.id, ctx.kind, outcome.label)
+        self.hooks.fire(outcome.label, ctx)
+
+    def held(self) -> list[tuple[int, int]]:
+        with self.inflight_lock:
+            return [(c.id, c.run_lease) for c in self.inflight.values()]
+
+    def _superseded(self, ids: set[int]) -> None:
+        with self.inflight_lock:
+            for job_id in ids:
+                ctx = self.inflight.get(job_id)
+                if ctx is not None:
+                    ctx._cancelled.set()
+
+    def _notified(self, queue: str) -> None:
+        state = self.queues.get(queue)
+        if state is not None:
+            state.wake.set()
+
+    def _rescued(self, rows: list[Any]) -> None:
+        for row in rows:
+            self.hooks.fire("rescued", dict(row))
+
+    # -- helpers for handlers ------------------------------------------------------
+
+    async def flush_progress(self, ctx: JobContext) -> None:
+        from .completer import complete_params
+
+        query = QUERIES["flush_progress"]
+        params = complete_params(ctx)
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow(query.numeric, *query.positional(params))
+        ctx._raise_if_stale(row is not None)
+        ctx.mark_flushed()
+
+    @contextlib.contextmanager
+    def sync_connection(self) -> Iterator[Any]:
+        """A psycopg connection for sync transactional handlers (pooled)."""
+        from psycopg_pool import ConnectionPool
+
+        with self.inflight_lock:
+            if self._sync_pool is None:
+                size = max(2, min(sum(q.config.max_workers for q in self.queues.values()), 20))
+                self._sync_pool = ConnectionPool(self.database_url, min_size=1, max_size=size, open=True)
+        with self._sync_pool.connection() as conn:
+            yield conn
+
+    async def wait_idle(self, poll: float = 0.05) -> None:
+        """Test helper: wait until nothing is running or pending."""
+        while self.attempts or self.completer.pending:
+            await sleep_unless(self.stopping, poll)
