@@ -1,0 +1,471 @@
+"""The worker in process: outcomes, decoding, progress, hooks, pause, wake-up (R23, R25, R26)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pydantic
+import pytest
+
+import awa_bridge
+from awa_bridge.worker import Cancel, Client, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
+from awa_bridge.worker.config import QueueConfig
+
+from .waiting import FAST, job_row, job_state, wait_until
+
+
+@dataclass
+class Greet:
+    name: str
+
+
+class Resize(pydantic.BaseModel):
+    url: str
+    width: int
+
+
+@pytest.fixture
+async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
+    clients: list[Client] = []
+
+    def make(**timings: Any) -> Client:
+        client = Client(db_url, **{**FAST, **timings})
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.shutdown(timeout=1)
+
+
+def insert(url: str, args: Any, **opts: Any) -> int:
+    with psycopg.connect(url) as conn:
+        job = awa_bridge.insert_job_sync(conn, args, **opts)
+        conn.commit()
+    return job.id
+
+
+async def test_async_and_sync_handlers_complete_with_decoded_args(make_client, db_url: str) -> None:
+    client = make_client()
+    seen: list[Any] = []
+
+    @client.task(Greet)
+    async def greet(job):
+        seen.append(("greet", job.args, job.attempt, job.max_attempts, job.queue, job.run_lease))
+
+    @client.task(Resize, queue="default")
+    def resize(job):
+        seen.append(("resize", job.args, job.metadata, job.tags, job.priority))
+
+    @client.task("raw_dict")
+    def raw(job):
+        seen.append(("raw", job.args))
+
+    a = insert(db_url, Greet("ada"))
+    b = insert(db_url, Resize(url="u", width=3), metadata={"m": 1}, tags=["t"], priority=1)
+    c = insert(db_url, {"x": [1]}, kind="raw_dict")
+    await client.start(["default:4"])
+    await wait_until(lambda: all(job_state(db_url, i) == "completed" for i in (a, b, c)))
+    assert ("greet", Greet("ada"), 1, 25, "default", 1) in seen
+    assert ("resize", Resize(url="u", width=3), {"m": 1}, ["t"], 1) in seen
+    assert ("raw", {"x": [1]}) in seen
+    row = job_row(db_url, a)
+    assert row["finalized_at"] is not None and row["heartbeat_at"] is None and row["deadline_at"] is None
+
+
+async def test_exception_retries_with_backoff_then_fails(make_client, db_url: str) -> None:
+    """R25: an always-failing handler runs max_attempts times; each failure is recorded."""
+    client = make_client()
+    runs: list[int] = []
+
+    @client.task("always_fails")
+    def fail(job):
+        runs.append(job.attempt)
+        raise ValueError(f"boom on attempt {job.attempt}")
+
+    job_id = insert(db_url, {}, kind="always_fails", max_attempts=3)
+    await client.start(["default:2"])
+    for attempt in (1, 2):
+        row = await wait_until(
+            lambda attempt=attempt: (
+                (r := job_row(db_url, job_id))["state"] == "retryable" and r["attempt"] == attempt and r
+            )
+        )
+        delay = (row["run_at"] - row["attempted_at"]).total_seconds()
+        assert 2**attempt * 0.9 <= delay <= 2**attempt * 1.25 + 0.5, delay
+        with psycopg.connect(db_url, autocommit=True) as conn:  # fault injection: make it due now
+            conn.execute("UPDATE awa.jobs SET run_at = now() WHERE id = %s", (job_id,))
+    await wait_until(lambda: job_state(db_url, job_id) == "failed")
+    row = job_row(db_url, job_id)
+    assert runs == [1, 2, 3]
+    assert row["attempt"] == 3 and row["finalized_at"] is not None
+    errors = row["errors"]
+    assert [e["attempt"] for e in errors] == [1, 2, 3]
+    assert errors[2]["error"] == "boom on attempt 3"
+    assert errors[2]["type"] == "ValueError"
+    assert "Traceback" in errors[2]["traceback"] and "boom on attempt 3" in errors[2]["traceback"]
+    assert datetime.fromisoformat(errors[0]["at"]) <= datetime.fromisoformat(errors[2]["at"])
+
+
+def test_backoff_formula() -> None:
+    import random
+
+    rng = random.Random(7)
+    for attempt in range(1, 20):
+        value = backoff_seconds(attempt, rng)
+        assert 2**attempt <= value <= min(2**attempt * 1.25, 86400) or value == 86400
+    assert backoff_seconds(40) == 86400
+
+
+async def test_retry_after_snooze_cancel_terminal(make_client, db_url: str) -> None:
+    client = make_client()
+
+    @client.task("retry_after")
+    async def retry_after(job):
+        if job.attempt == 1:
+            return RetryAfter(0.2)
+
+    @client.task("snoozer")
+    async def snoozer(job):
+        snoozes = job.metadata.get("snoozes", 0)
+        if snoozes < 2:
+            job.update_metadata({"snoozes": snoozes + 1})
+            job.set_progress(10 * (snoozes + 1), "snoozing")
+            raise Snooze(0.05)
+
+    @client.task("canceller")
+    def canceller(job):
+        return Cancel("customer closed the account")
+
+    @client.task("terminal")
+    def terminal(job):
+        raise TerminalError("bad card number")
+
+    ids = {
+        kind: insert(db_url, {}, kind=kind, max_attempts=5)
+        for kind in ("retry_after", "snoozer", "canceller", "terminal")
+    }
+    await client.start(["default:4"])
+    await wait_until(lambda: job_state(db_url, ids["retry_after"]) == "completed")
+    await wait_until(lambda: job_state(db_url, ids["snoozer"]) == "completed")
+    await wait_until(lambda: job_state(db_url, ids["canceller"]) == "cancelled")
+    await wait_until(lambda: job_state(db_url, ids["terminal"]) == "failed")
+
+    retried = job_row(db_url, ids["retry_after"])
+    assert retried["attempt"] == 2, "RetryAfter spends an attempt"
+    snoozed = job_row(db_url, ids["snoozer"])
+    assert snoozed["attempt"] == 1, "Snooze gives the attempt back"
+    assert snoozed["metadata"] == {"snoozes": 2}
+    assert snoozed["progress"]["percent"] == 20 and snoozed["progress"]["message"] == "snoozing"
+    assert snoozed["errors"] == []
+    cancelled = job_row(db_url, ids["canceller"])
+    assert cancelled["errors"][0]["error"] == "customer closed the account"
+    assert cancelled["finalized_at"] is not None
+    terminal_row = job_row(db_url, ids["terminal"])
+    assert terminal_row["attempt"] == 1 and terminal_row["errors"][0]["error"] == "bad card number"
+
+
+async def test_unknown_kind_and_bad_args_fail_at_once_and_worker_goes_on(make_client, db_url: str) -> None:
+    """R26."""
+    client = make_client()
+    done: list[int] = []
+
+    @client.task(Greet)
+    async def greet(job):
+        done.append(job.id)
+
+    unknown = insert(db_url, {}, kind="nobody_handles_this")
+    bad = insert(db_url, {"nom": "x"}, kind="greet")
+    good = insert(db_url, Greet("bob"))
+    await client.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, good) == "completed")
+    await wait_until(lambda: job_state(db_url, unknown) == "failed" and job_state(db_url, bad) == "failed")
+    assert "no handler is registered" in job_row(db_url, unknown)["errors"][0]["error"]
+    bad_row = job_row(db_url, bad)
+    assert bad_row["attempt"] == 1
+    assert "do not decode into Greet" in bad_row["errors"][0]["error"]
+    assert done == [good]
+
+
+async def test_progress_persists_across_retries(make_client, db_url: str) -> None:
+    client = make_client()
+    observed: list[Any] = []
+
+    @client.task("progressive")
+    async def progressive(job):
+        observed.append((job.attempt, job.progress and job.progress["percent"], dict(job.metadata)))
+        if job.attempt == 1:
+            job.set_progress(40, "first half")
+            job.update_metadata({"cursor": 400})
+            await job.flush_progress()
+            raise RetryAfter(0)
+        job.set_progress(100, "done")
+
+    job_id = insert(db_url, {}, kind="progressive")
+    await client.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert observed == [(1, None, {}), (2, 40, {"cursor": 400})]
+    assert job_row(db_url, job_id)["progress"]["message"] == "done"
+
+
+async def test_sync_handler_flushes_progress_from_its_thread(make_client, db_url: str) -> None:
+    client = make_client()
+    mid_flight: list[Any] = []
+
+    @client.task("sync_progress")
+    def sync_progress(job):
+        job.set_progress(50, "half")
+        job.flush_progress()
+        mid_flight.append(job_row(db_url, job.id)["progress"]["percent"])
+
+    job_id = insert(db_url, {}, kind="sync_progress")
+    await client.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert mid_flight == [50]
+
+
+async def test_hooks_fire(make_client, db_url: str) -> None:
+    client = make_client()
+    events: list[tuple[str, int]] = []
+    for event in ("started", "completed", "retried", "exhausted", "cancelled", "snoozed"):
+        client.on(event)(lambda job, event=event: events.append((event, job.id)))
+
+    @client.task("hooked")
+    async def hooked(job):
+        outcome = job.args["do"]
+        if outcome == "retry" and job.attempt == 1:
+            raise RetryAfter(0)
+        if outcome == "fail":
+            raise TerminalError("no")
+        if outcome == "cancel":
+            return Cancel()
+        if outcome == "snooze" and job.attempt == 1 and not job.metadata:
+            job.update_metadata({"s": 1})
+            return Snooze(0)
+
+    ids = {do: insert(db_url, {"do": do}, kind="hooked") for do in ("ok", "retry", "fail", "cancel", "snooze")}
+    await client.start(["default:5"])
+    await wait_until(lambda: len([e for e in events if e[0] != "started"]) >= 7)
+    assert ("completed", ids["ok"]) in events
+    assert ("retried", ids["retry"]) in events and ("completed", ids["retry"]) in events
+    assert ("exhausted", ids["fail"]) in events
+    assert ("cancelled", ids["cancel"]) in events
+    assert ("snoozed", ids["snooze"]) in events and ("completed", ids["snooze"]) in events
+    assert events.count(("started", ids["retry"])) == 2
+
+
+async def test_pause_and_resume_queue(make_client, db_url: str) -> None:
+    client = make_client()
+    ran: list[int] = []
+
+    @client.task("pausable")
+    async def pausable(job):
+        ran.append(job.id)
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by) VALUES ('p', true, now(), 't')")
+    await client.start([QueueConfig("p", max_workers=2, poll_interval=0.05)])
+    job_id = insert(db_url, {}, kind="pausable", queue="p")
+    await asyncio.sleep(0.5)  # ten poll intervals: a paused queue claims nothing
+    assert ran == [] and job_state(db_url, job_id) == "available"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE awa.queue_meta SET paused = false WHERE queue = 'p'")
+    started = time.monotonic()
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert time.monotonic() - started < 2.0
+
+
+async def test_notify_wakes_the_worker_long_before_the_poll(make_client, db_url: str) -> None:
+    client = make_client()
+    started_at: dict[int, float] = {}
+
+    @client.task("wake")
+    async def wake(job):
+        started_at[job.id] = time.monotonic()
+
+    await client.start([QueueConfig("default", poll_interval=30)])
+    await wait_until(lambda: client.runtime.listener.connected.is_set())
+    latencies = []
+    for _ in range(5):
+        t0 = time.monotonic()
+        job_id = insert(db_url, {}, kind="wake")
+        await wait_until(lambda job_id=job_id: job_id in started_at, timeout=5, interval=0.001)
+        latencies.append(started_at[job_id] - t0)
+    assert max(latencies) < 2.0, latencies  # the poll interval is 30 s: only NOTIFY explains this
+
+
+async def test_uncommitted_job_is_never_claimed(make_client, db_url: str) -> None:
+    """R23."""
+    client = make_client()
+    ran_at: dict[int, float] = {}
+
+    @client.task("late_commit")
+    async def late(job):
+        ran_at[job.id] = time.monotonic()
+
+    await client.start([QueueConfig("default", poll_interval=0.05)])
+    with psycopg.connect(db_url) as conn:
+        job = awa_bridge.insert_job_sync(conn, {}, kind="late_commit")
+        await asyncio.sleep(0.5)
+        assert ran_at == {}, "a job must not run before its transaction commits"
+        conn.commit()
+        committed = time.monotonic()
+    await wait_until(lambda: job.id in ran_at)
+    assert ran_at[job.id] >= committed
+
+
+async def test_scheduled_job_runs_when_due(make_client, db_url: str) -> None:
+    client = make_client()
+    ran: list[float] = []
+
+    @client.task("later")
+    async def later(job):
+        ran.append(time.monotonic())
+
+    run_at = datetime.now(UTC) + timedelta(seconds=0.6)
+    job_id = insert(db_url, {}, kind="later", run_at=run_at)
+    assert job_state(db_url, job_id) == "scheduled"
+    await client.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert job_row(db_url, job_id)["attempted_at"] >= run_at
+
+
+async def test_async_handler_past_deadline_is_cancelled_then_retried(make_client, db_url: str) -> None:
+    """R11 (in process): the handler observes cancellation; attempt 2 completes."""
+    client = make_client()
+    observed: list[str] = []
+
+    @client.task("hangs_once")
+    async def hangs_once(job):
+        if job.attempt == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                observed.append(f"cancelled attempt {job.attempt}, job.cancelled={job.cancelled}")
+                raise
+
+    job_id = insert(db_url, {}, kind="hangs_once")
+    await client.start([QueueConfig("default", deadline=0.3)])
+    await wait_until(lambda: job_state(db_url, job_id) == "retryable")
+    errors = job_row(db_url, job_id)["errors"]
+    assert errors[0]["type"] == "DeadlineExceeded"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE awa.jobs SET run_at = now() WHERE id = %s", (job_id,))
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert observed == ["cancelled attempt 1, job.cancelled=True"]
+    assert job_row(db_url, job_id)["attempt"] == 2
+
+
+async def test_blocking_handlers_do_not_starve_heartbeats(make_client, db_url: str) -> None:
+    """R12: a GIL-busy sync handler and a loop-blocking async one, each 3x the staleness window."""
+    client = make_client()
+    runs: list[str] = []
+
+    @client.task("busy_sync")
+    def busy(job):
+        end = time.monotonic() + 0.8
+        while time.monotonic() < end:
+            sum(range(1000))
+        runs.append(f"sync {job.attempt}")
+
+    @client.task("blocking_async")
+    async def blocking(job):
+        time.sleep(0.8)  # blocks the event loop on purpose
+        runs.append(f"async {job.attempt}")
+
+    a = insert(db_url, {}, kind="busy_sync")
+    b = insert(db_url, {}, kind="blocking_async")
+    await client.start(["default:2"])
+    await wait_until(lambda: job_state(db_url, a) == "completed" and job_state(db_url, b) == "completed")
+    assert sorted(runs) == ["async 1", "sync 1"]
+    assert job_row(db_url, a)["errors"] == [] and job_row(db_url, b)["errors"] == []
+
+
+async def test_graceful_shutdown_drains_running_jobs(make_client, db_url: str) -> None:
+    """R20 (in process)."""
+    client = make_client()
+
+    @client.task("slowish")
+    async def slowish(job):
+        await asyncio.sleep(0.4)
+
+    ids = [insert(db_url, {"i": i}, kind="slowish") for i in range(3)]
+    await client.start(["default:3"])
+    await wait_until(lambda: all(job_state(db_url, i) == "running" for i in ids))
+    later = insert(db_url, {"i": 99}, kind="slowish")
+    await client.shutdown(timeout=5)
+    assert [job_state(db_url, i) for i in ids] == ["completed"] * 3
+    assert job_state(db_url, later) == "available", "no claims after shutdown began"
+
+
+async def test_drain_timeout_releases_unfinished_jobs(make_client, db_url: str) -> None:
+    """R21 (in process): released without spending the attempt, runnable at once."""
+    client = make_client()
+
+    @client.task("stuck")
+    async def stuck(job):
+        await asyncio.sleep(60)
+
+    job_id = insert(db_url, {}, kind="stuck")
+    await client.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "running")
+    t0 = time.monotonic()
+    await client.shutdown(timeout=0.2)
+    assert time.monotonic() - t0 < 3
+    row = job_row(db_url, job_id)
+    assert row["state"] == "available" and row["attempt"] == 0
+
+
+def test_bad_worker_settings_name_the_setting() -> None:
+    with pytest.raises(awa_bridge.ValidationError, match="heartbeat_staleness: must be at least 3 x"):
+        WorkerConfig(heartbeat_interval=10, heartbeat_staleness=20)
+    with pytest.raises(awa_bridge.ValidationError, match=r"queues\[q\].max_workers"):
+        QueueConfig("q", max_workers=0)
+    with pytest.raises(awa_bridge.ValidationError, match="NAME:N"):
+        QueueConfig.parse("q:x")
+    with pytest.raises(awa_bridge.ValidationError, match="rescue_interval"):
+        WorkerConfig(rescue_interval=-1)
+
+
+@pytest.mark.parametrize("style", ["async", "sync"])
+async def test_transactional_handler_commits_with_completion_and_rolls_back_on_error(
+    make_client, db_url: str, style: str
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS t_effects (job_id bigint NOT NULL, attempt int NOT NULL)")
+        conn.execute("TRUNCATE t_effects")
+    client = make_client()
+    if style == "async":
+
+        @client.task("tx", transactional=True)
+        async def tx_async(job):
+            await job.conn.execute("INSERT INTO t_effects VALUES ($1, $2)", job.id, job.attempt)
+            if job.args["fail_first"] and job.attempt == 1:
+                raise RuntimeError("after the write")
+    else:
+
+        @client.task("tx", transactional=True)
+        def tx_sync(job):
+            job.conn.execute("INSERT INTO t_effects VALUES (%s, %s)", (job.id, job.attempt))
+            if job.args["fail_first"] and job.attempt == 1:
+                raise RuntimeError("after the write")
+
+    ok = insert(db_url, {"fail_first": False}, kind="tx")
+    flaky = insert(db_url, {"fail_first": True}, kind="tx")
+    await client.start(["default:2"])
+    await wait_until(lambda: job_state(db_url, ok) == "completed")
+    await wait_until(lambda: job_state(db_url, flaky) == "retryable")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT job_id, attempt FROM t_effects ORDER BY job_id").fetchall() == [(ok, 1)]
+        conn.execute("UPDATE awa.jobs SET run_at = now() WHERE id = %s", (flaky,))
+    await wait_until(lambda: job_state(db_url, flaky) == "completed")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT job_id, attempt FROM t_effects ORDER BY job_id").fetchall()
+    assert rows == [(ok, 1), (flaky, 2)]
+    assert job_row(db_url, flaky)["errors"][0]["error"] == "after the write"
