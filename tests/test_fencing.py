@@ -238,8 +238,8 @@ def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str) -> None:
 async def test_r24_transactional_completion_loses_to_rescue(db_url: str) -> None:
     """The handler's write and the completion share a transaction; rescue wins first → both roll back."""
     with psycopg.connect(db_url, autocommit=True) as pg:
-        pg.execute("CREATE TABLE IF NOT EXISTS t_effects (job_id bigint NOT NULL)")
-        pg.execute("TRUNCATE t_effects")
+        pg.execute("DROP TABLE IF EXISTS t_effects")
+        pg.execute("CREATE TABLE t_effects (job_id bigint NOT NULL)")
     # No maintenance in this worker, and slow heartbeats: the test plays the rescuer itself.
     client = Client(db_url, **{**FAST, "maintenance": False, "heartbeat_interval": 30, "heartbeat_staleness": 90})
     first_attempt_inside = asyncio.Event()

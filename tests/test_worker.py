@@ -438,8 +438,8 @@ async def test_transactional_handler_commits_with_completion_and_rolls_back_on_e
     make_client, db_url: str, style: str
 ) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS t_effects (job_id bigint NOT NULL, attempt int NOT NULL)")
-        conn.execute("TRUNCATE t_effects")
+        conn.execute("DROP TABLE IF EXISTS t_effects")
+        conn.execute("CREATE TABLE t_effects (job_id bigint NOT NULL, attempt int NOT NULL)")
     client = make_client()
     if style == "async":
 
@@ -469,3 +469,29 @@ async def test_transactional_handler_commits_with_completion_and_rolls_back_on_e
         rows = conn.execute("SELECT job_id, attempt FROM t_effects ORDER BY job_id").fetchall()
     assert rows == [(ok, 1), (flaky, 2)]
     assert job_row(db_url, flaky)["errors"][0]["error"] == "after the write"
+
+
+async def test_pause_resume_api_applies_to_a_running_worker(make_client, db_url: str) -> None:
+    from awa_bridge.admin import pause_queue, resume_queue
+
+    client = make_client()
+    ran: list[int] = []
+
+    @client.task("paused_kind")
+    async def handler(job):
+        ran.append(job.id)
+
+    await client.start([QueueConfig("pq", poll_interval=0.05)])
+    pause_queue(db_url, "pq", paused_by="ops")
+    job_id = insert(db_url, {}, kind="paused_kind", queue="pq")
+    await asyncio.sleep(0.4)
+    assert ran == []
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT paused, paused_by FROM awa.queue_meta WHERE queue = 'pq'").fetchone() == (
+            True,
+            "ops",
+        )
+    resume_queue(db_url, "pq")
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    with pytest.raises(awa_bridge.ValidationError, match="queue"):
+        pause_queue(db_url, "")

@@ -86,7 +86,8 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
     if not handler.is_async:
         await runtime.threads.submit(runtime.loop, run_transactional_sync, runtime, handler, ctx)
         return
-    async with runtime.pool.acquire() as conn:
+    tx_pool = await runtime.transaction_pool()
+    async with tx_pool.acquire() as conn:
         outcome: Outcome | None = None
         try:
             async with conn.transaction():

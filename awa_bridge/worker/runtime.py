@@ -73,6 +73,8 @@ class Runtime:
         self.services: list[asyncio.Task[Any]] = []
         self.attempts: set[asyncio.Task[Any]] = set()
         self._sync_pool: Any = None
+        self._tx_pool: Any = None
+        self._tx_pool_lock = asyncio.Lock()
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------
@@ -131,6 +133,8 @@ class Runtime:
         self.heartbeat.stop()
         self.threads.shutdown()
         await self.pool.close()
+        if self._tx_pool is not None:
+            await self._tx_pool.close()
         if self._sync_pool is not None:
             self._sync_pool.close()
         self.started = False
@@ -284,6 +288,27 @@ class Runtime:
         ctx._raise_if_stale(row is not None)
         ctx.mark_flushed()
 
+    def _handler_pool_size(self) -> int:
+        return max(2, min(sum(q.config.max_workers for q in self.queues.values()), 20))
+
+    async def transaction_pool(self) -> Any:
+        """Connections for async transactional handlers, apart from the runtime's own.
+
+        A handler holds its connection for its whole run; sharing the pool
+        used for claims and completions would let slow handlers starve them.
+        """
+        import asyncpg
+
+        async with self._tx_pool_lock:
+            if self._tx_pool is None:
+                self._tx_pool = await asyncpg.create_pool(
+                    self.database_url,
+                    min_size=1,
+                    max_size=self._handler_pool_size(),
+                    server_settings={"application_name": "awa-handler"},
+                )
+        return self._tx_pool
+
     @contextlib.contextmanager
     def sync_connection(self) -> Iterator[Any]:
         """A psycopg connection for sync transactional handlers (pooled)."""
@@ -291,8 +316,13 @@ class Runtime:
 
         with self.inflight_lock:
             if self._sync_pool is None:
-                size = max(2, min(sum(q.config.max_workers for q in self.queues.values()), 20))
-                self._sync_pool = ConnectionPool(self.database_url, min_size=1, max_size=size, open=True)
+                self._sync_pool = ConnectionPool(
+                    self.database_url,
+                    min_size=1,
+                    max_size=self._handler_pool_size(),
+                    open=True,
+                    kwargs={"application_name": "awa-handler"},
+                )
         with self._sync_pool.connection() as conn:
             yield conn
 
