@@ -1,0 +1,378 @@
+"""Interop with the real Awa: ``awa-pg`` 0.6.9 from PyPI against our bridge.
+
+A fresh database is migrated by awa-pg itself (never by us). On it:
+
+* our migration runner refuses to touch the schema (``ForeignSchema``; the CLI
+  exits 2 and names Awa);
+* jobs enqueued through our bridge on asyncpg, psycopg (sync and async) and
+  SQLAlchemy (sync ``Session`` on psycopg, ``AsyncSession`` on asyncpg) are run
+  to ``completed`` by awa-pg's own worker, whose handler sees the exact args,
+  and awa-pg's own insert of a duplicate of our unique job is refused;
+* over random args, kinds, queues and unique options, the ``unique_key`` and
+  ``unique_states`` awa-pg stores equal ``prepare_job``'s byte for byte.
+
+Facts about awa-pg 0.6.9 these tests rely on (checked against the wheel):
+
+* ``awa.migrate(url)`` must be awaited inside a running event loop.
+* Its URL parser (sqlx) rejects an empty host (``postgresql://postgres:@/db?host=/tmp/x``,
+  the embedded server's form: "empty host"); the socket directory percent-encoded
+  as the host (``postgresql://postgres@%2Ftmp%2Fx/db``) works, see ``awa_pg_url``.
+* ``unique_opts["states"]`` is an integer mask: bit ``1 << i`` is state ``i`` in
+  enum order (scheduled=1, available=2, running=4, ..., waiting_external=128), so
+  it lands in ``bit(8)`` with scheduled leftmost.
+* ``awa.Client.insert`` is synchronous; ``awa.AsyncClient`` runs workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+awa = pytest.importorskip("awa")
+
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import awa_bridge  # noqa: E402
+from awa_bridge import insert_job, insert_job_sync, prepare_job  # noqa: E402
+from awa_bridge.types import STATE_ORDER  # noqa: E402
+
+from .dbutil import with_driver  # noqa: E402
+
+pytestmark = pytest.mark.interop
+
+QUEUE = "interop"
+WORKER_TIMEOUT = 30.0
+
+
+def awa_pg_url(url: str) -> str:
+    """A URL awa-pg (sqlx) accepts for the same database.
+
+    A socket directory given as ``?host=/dir`` with an empty URL host becomes the
+    percent-encoded host (``postgresql://user@%2Fdir/db``); other URLs pass through.
+    """
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    socket_dir = next((value for key, value in query if key == "host" and value.startswith("/")), None)
+    if socket_dir is None or parts.hostname:
+        return url
+    userinfo = quote(parts.username or "", safe="")
+    if parts.password:
+        userinfo += ":" + quote(parts.password, safe="")
+    netloc = (userinfo + "@" if userinfo else "") + quote(socket_dir, safe="")
+    if parts.port:
+        netloc += f":{parts.port}"
+    rest = urlencode([(key, value) for key, value in query if key != "host"])
+    return urlunsplit(parts._replace(netloc=netloc, query=rest))
+
+
+def test_awa_pg_url_forms() -> None:
+    embedded = "postgresql://postgres:@/awa_tmp_1?host=/tmp/awa-pg-x/data"
+    assert awa_pg_url(embedded) == "postgresql://postgres@%2Ftmp%2Fawa-pg-x%2Fdata/awa_tmp_1"
+    tcp = "postgresql://postgres@127.0.0.1:5432/awa_tmp_1"
+    assert awa_pg_url(tcp) == tcp
+
+
+class AwaDatabase(NamedTuple):
+    url: str  # for psycopg / asyncpg / SQLAlchemy and our migration runner
+    awa_url: str  # the same database in a form awa-pg accepts
+
+
+@pytest.fixture
+def awa_db(make_database: Callable[[], str]) -> AwaDatabase:
+    """A fresh database migrated by the real awa-pg."""
+    url = make_database()
+    target = AwaDatabase(url, awa_pg_url(url))
+
+    async def run_awa_migrations() -> None:
+        await awa.migrate(target.awa_url)  # needs a running event loop
+
+    asyncio.run(run_awa_migrations())
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.schema_version").fetchone()[0] > 0
+    return target
+
+
+# -- our migration runner refuses Awa's schema ---------------------------------
+
+
+def test_our_migrate_refuses_awa_database(awa_db: AwaDatabase) -> None:
+    with pytest.raises(awa_bridge.ForeignSchema, match="Awa"):
+        awa_bridge.migrate(awa_db.url)
+    with pytest.raises(awa_bridge.ForeignSchema):
+        awa_bridge.migrate(awa_db.url, dry_run=True)
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "awa_bridge", "migrate", "--database-url", awa_db.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 2, cli
+    assert "Awa" in cli.stderr
+
+    with psycopg.connect(awa_db.url, autocommit=True) as conn:
+        ledger = conn.execute("SELECT to_regclass('awa.bridge_migrations')").fetchone()[0]
+    assert ledger is None, "the refused runner must not have created its ledger"
+
+
+# -- our bridge enqueues, awa-pg's worker runs ---------------------------------
+
+
+@dataclass
+class InteropOrder:
+    order_id: int
+    sku: str
+    amount: float
+    lines: list[Any] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _order(n: int, driver: str) -> InteropOrder:
+    return InteropOrder(
+        order_id=n,
+        sku=f"{driver}-sku-ü✓",
+        amount=n + 0.25,
+        lines=[n, "two", None, True, 1.5e-5],
+        extra={"driver": driver, "nested": {"big": 2**62 + n, "tiny": 1e-7}},
+    )
+
+
+async def _poll_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _enqueue_everywhere(url: str) -> dict[int, InteropOrder]:
+    """One committed job per connection type; returns id → args inserted."""
+    import asyncpg
+    from sqlalchemy import create_engine
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+    from sqlalchemy.orm import Session
+
+    expected: dict[int, InteropOrder] = {}
+
+    # asyncpg
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            args = _order(1, "asyncpg")
+            expected[(await insert_job(conn, args, queue=QUEUE)).id] = args
+    finally:
+        await conn.close()
+
+    # psycopg, sync
+    with psycopg.connect(url) as sync_conn:
+        args = _order(2, "psycopg")
+        expected[insert_job_sync(sync_conn, args, queue=QUEUE).id] = args
+        sync_conn.commit()
+
+    # psycopg, async
+    async with await psycopg.AsyncConnection.connect(url) as async_conn:
+        args = _order(3, "psycopg-async")
+        expected[(await insert_job(async_conn, args, queue=QUEUE)).id] = args
+        await async_conn.commit()
+
+    # SQLAlchemy Session on the psycopg dialect
+    engine = create_engine(with_driver(url, "psycopg"))
+    try:
+        with Session(engine) as session:
+            args = _order(4, "sqlalchemy-psycopg")
+            expected[insert_job_sync(session, args, queue=QUEUE).id] = args
+            session.commit()
+    finally:
+        engine.dispose()
+
+    # SQLAlchemy AsyncSession on the asyncpg dialect
+    async_engine = create_async_engine(with_driver(url, "asyncpg"))
+    try:
+        async with AsyncSession(async_engine) as async_session:
+            args = _order(5, "sqlalchemy-asyncpg")
+            expected[(await insert_job(async_session, args, queue=QUEUE)).id] = args
+            await async_session.commit()
+    finally:
+        await async_engine.dispose()
+
+    return expected
+
+
+async def test_awa_worker_runs_jobs_enqueued_by_bridge(awa_db: AwaDatabase) -> None:
+    expected = await _enqueue_everywhere(awa_db.url)
+
+    unique_args = _order(6, "unique")
+    with psycopg.connect(awa_db.url) as conn:
+        unique_job = insert_job_sync(conn, unique_args, queue=QUEUE, unique=True)
+        conn.commit()
+    expected[unique_job.id] = unique_args
+    assert unique_job.unique_key == prepare_job(unique_args, queue=QUEUE, unique=True).unique_key
+    assert len(expected) == 6
+
+    client = awa.AsyncClient(awa_db.awa_url)
+    try:
+        # awa-pg computes the same key for the same job, so its own insert is a duplicate.
+        with pytest.raises(awa.UniqueConflict):
+            await client.insert(unique_args, queue=QUEUE, unique_opts={})
+
+        seen: dict[int, tuple[str, Any]] = {}
+
+        @client.task(InteropOrder, queue=QUEUE)
+        async def handle(job: Any) -> None:
+            seen[job.id] = (job.kind, job.args)
+
+        async def jobs_state() -> dict[int, str]:
+            async with await psycopg.AsyncConnection.connect(awa_db.url, autocommit=True) as conn:
+                cur = await conn.execute("SELECT id, state::text FROM awa.jobs WHERE queue = %s", (QUEUE,))
+                return dict(await cur.fetchall())
+
+        async def all_completed() -> bool:
+            states = await jobs_state()
+            return set(expected) <= set(states) and all(states[i] == "completed" for i in expected)
+
+        await client.start([(QUEUE, 4)], poll_interval_ms=50)
+        try:
+            what = f"awa-pg's worker to complete jobs {sorted(expected)}"
+            await _poll_until(all_completed, WORKER_TIMEOUT, what)
+        finally:
+            await client.shutdown()
+    finally:
+        await client.close()
+
+    assert set(await jobs_state()) == set(expected)
+    assert set(seen) == set(expected)
+    for job_id, args in expected.items():
+        kind, received = seen[job_id]
+        assert kind == "interop_order"
+        assert type(received) is InteropOrder
+        assert received == args, f"job {job_id}: handler saw {received!r}, we inserted {args!r}"
+
+
+# -- unique keys: awa-pg and prepare_job agree byte for byte --------------------
+
+_I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+_NO_NUL_TEXT = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+
+_INTERESTING_INTS = st.sampled_from(
+    [0, -1, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**30, -(10**30)]
+)
+
+_INTERESTING_FLOATS = st.sampled_from(
+    [1.5e-5, -1.5e-5, 9.5e-5, 1e-5, 9.99e-6, 1e-4, 1e-7, 1.234e-10, 5e-324, -0.0, 0.1, 1e16, 1e21, 1e22]
+)
+
+# awa-pg 0.6.9 stores +-f64::MAX but then fails to decode the row it inserted
+# ("number out of range"), so its insert raises; leave exactly that value out.
+_FLOATS = st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: abs(x) != sys.float_info.max)
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | _INTERESTING_INTS
+    | _FLOATS
+    | _INTERESTING_FLOATS
+    | st.text(_NO_NUL_TEXT, max_size=20)
+)
+_KEYS = st.text(_NO_NUL_TEXT, max_size=10)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=4),
+    max_leaves=12,
+)
+_ARGS = st.dictionaries(_KEYS, _JSON, max_size=5)
+_NAMES = st.text(_NO_NUL_TEXT, min_size=1, max_size=200)
+
+
+@st.composite
+def _unique_options(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same unique options twice: for awa-pg (integer ``states``) and for us.
+
+    Each option may be left out, so the defaults are compared too. We get
+    ``states`` either as names or in awa-pg's integer form.
+    """
+    awa_opts: dict[str, Any] = {}
+    our_opts: dict[str, Any] = {}
+    for flag in ("by_queue", "by_args"):
+        if draw(st.booleans()):
+            awa_opts[flag] = our_opts[flag] = draw(st.booleans())
+    if draw(st.booleans()):
+        awa_opts["by_period"] = our_opts["by_period"] = draw(_I64)
+    if draw(st.booleans()):
+        indexes = draw(st.sets(st.integers(0, 7), min_size=1))
+        mask = sum(1 << i for i in indexes)
+        awa_opts["states"] = mask
+        our_opts["states"] = mask if draw(st.booleans()) else sorted(STATE_ORDER[i].value for i in indexes)
+    return awa_opts, our_opts
+
+
+@pytest.fixture
+def awa_client(awa_db: AwaDatabase) -> Iterator[Any]:
+    """awa-pg's synchronous producer client on the Awa-migrated database."""
+    with awa.Client(awa_db.awa_url, max_connections=2) as client:
+        yield client
+
+
+@pytest.fixture
+def reader(awa_db: AwaDatabase) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(awa_db.url, autocommit=True) as conn:
+        yield conn
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(args=_ARGS, kind=_NAMES, queue=_NAMES, unique=_unique_options())
+def test_unique_key_matches_awa_pg(
+    awa_client: Any,
+    reader: psycopg.Connection,
+    args: dict[str, Any],
+    kind: str,
+    queue: str,
+    unique: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    awa_opts, our_opts = unique
+    ours = prepare_job(args, kind=kind, queue=queue, unique=our_opts)
+
+    job = awa_client.insert(args, kind=kind, queue=queue, unique_opts=awa_opts)
+    stored_key, stored_states, same_args = reader.execute(
+        "SELECT unique_key, unique_states::text, args = %s::jsonb FROM awa.jobs WHERE id = %s",
+        (ours.args_json, job.id),
+    ).fetchone()
+    # Remove it again so a replayed or shrunk example is not a duplicate.
+    reader.execute("DELETE FROM awa.jobs WHERE id = %s", (job.id,))
+
+    note(f"awa-pg unique_opts={awa_opts!r}; ours={our_opts!r}; our canonical args={ours.args_json}")
+    note(f"awa-pg stored key={bytes(stored_key).hex()} states={stored_states}")
+    assert ours.unique_key is not None
+    awa_key = bytes(stored_key)
+    assert awa_key == ours.unique_key, f"key: awa-pg {awa_key.hex()}, ours {ours.unique_key.hex()}"
+    assert stored_states == ours.unique_states
+    assert same_args, "awa-pg stored args that differ from our canonical JSON"
+
+
+def test_awa_pg_integer_states_bit_order(awa_client: Any, reader: psycopg.Connection) -> None:
+    """``1 << i`` is state ``i`` in enum order: the ``i``-th character of ``bit(8)``."""
+    for i in range(8):
+        job = awa_client.insert({"i": i}, kind="bit_order", unique_opts={"states": 1 << i})
+        sql = "SELECT unique_states::text FROM awa.jobs WHERE id = %s"
+        bits = reader.execute(sql, (job.id,)).fetchone()[0]
+        assert bits == "".join("1" if j == i else "0" for j in range(8)), (i, bits)
+        by_name = prepare_job({"i": i}, kind="bit_order", unique={"states": [STATE_ORDER[i].value]})
+        by_mask = prepare_job({"i": i}, kind="bit_order", unique={"states": 1 << i})
+        assert by_name.unique_states == by_mask.unique_states == bits
