@@ -5,6 +5,12 @@ same time waits, then finds nothing left to do. Each applied file is recorded
 in ``awa.bridge_migrations`` with a SHA-256 checksum; an applied file that was
 edited afterwards stops the run. A database migrated by the real Awa (it has
 rows in ``awa.schema_version``) is refused: its schema is Awa's to manage.
+
+``migrate(url)`` opens its own connection and transaction.
+``migrate_connection(conn)`` does the same work on a connection the caller
+holds and inside the caller's transaction (psycopg, or a SQLAlchemy
+``Connection`` such as Alembic's ``op.get_bind()``): one runner, one ledger,
+whichever tool applies the files.
 """
 
 from __future__ import annotations
@@ -48,25 +54,121 @@ def load_migrations(directory: Path | None = None) -> list[Migration]:
     return [Migration(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 
-def _fetch(conn: Any, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    cursor = conn.execute(QUERIES[query].pyformat, params)
-    return cursor.fetchall() if cursor.description else []
+class _Ledger:
+    """Runs the migration runner's statements on one connection, in its current transaction.
+
+    Two operations: ``fetch`` runs a named query from ``queries.sql`` and
+    returns tuples; ``script`` runs a whole migration file (several
+    statements, dollar-quoted bodies) with no parameters.
+    """
+
+    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def script(self, sql: str) -> None:
+        raise NotImplementedError
+
+
+class _DBAPILedger(_Ledger):
+    """A pyformat DB-API connection: psycopg 3 (also psycopg2 under SQLAlchemy)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _cursor(self) -> Any:
+        if type(self.conn).__module__.split(".")[0] == "psycopg":
+            from psycopg.rows import tuple_row
+
+            # Whatever row factory the caller's connection has, the ledger reads tuples.
+            return self.conn.cursor(row_factory=tuple_row)
+        return self.conn.cursor()
+
+    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        cursor = self._cursor()
+        try:
+            cursor.execute(QUERIES[query].pyformat, params)
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+        finally:
+            cursor.close()
+
+    def script(self, sql: str) -> None:
+        # No parameters: the driver sends the text as is (simple protocol), so a
+        # file may hold many statements and literal % signs.
+        cursor = self._cursor()
+        try:
+            cursor.execute(sql)
+        finally:
+            cursor.close()
+
+
+class _AsyncpgLedger(_Ledger):
+    """asyncpg under a sync SQLAlchemy ``Connection`` (``AsyncConnection.run_sync``, Alembic's async env).
+
+    SQLAlchemy runs that code in a greenlet, where ``await_only`` may wait on
+    the asyncpg coroutines.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        from sqlalchemy.util import await_only
+
+        self.conn = conn
+        self.await_only = await_only
+
+    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        compiled = QUERIES[query]
+        rows = self.await_only(self.conn.fetch(compiled.numeric, *compiled.positional(params or {})))
+        return [tuple(row) for row in rows]
+
+    def script(self, sql: str) -> None:
+        self.await_only(self.conn.execute(sql))
+
+
+def _ledger(conn: Any) -> _Ledger:
+    """The ledger runner for a psycopg / DB-API connection or a SQLAlchemy ``Connection``."""
+    if isinstance(conn, _Ledger):
+        return conn
+    module = type(conn).__module__.split(".")[0]
+    if module == "sqlalchemy":
+        if not hasattr(conn, "exec_driver_sql"):
+            raise TypeError(
+                f"migrate_connection needs a SQLAlchemy Connection, got {type(conn).__qualname__}; "
+                "for a Session pass session.connection(), for an AsyncConnection use "
+                "await conn.run_sync(migrate_connection)"
+            )
+        # SQLAlchemy begins the driver's transaction lazily, on the first
+        # statement it runs itself: run one, so what follows on the driver's
+        # connection is inside the caller's transaction.
+        conn.exec_driver_sql("SELECT 1")
+        raw = conn.connection.driver_connection
+        if type(raw).__module__.split(".")[0] == "asyncpg":
+            return _AsyncpgLedger(raw)
+        return _DBAPILedger(raw)
+    if module == "psycopg" and getattr(conn, "autocommit", False):
+        from psycopg.pq import TransactionStatus
+
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            raise ValueError(
+                "migrate_connection needs a transaction: this psycopg connection is in autocommit mode "
+                "with none open; call it inside `with conn.transaction():`"
+            )
+    return _DBAPILedger(conn)
 
 
 def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
-    """Check the database and return what is left to apply (psycopg connection, in a transaction)."""
+    """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
+    ledger = _ledger(conn)
     if (
-        _fetch(conn, "relation_exists", {"name": "awa.schema_version"})[0][0]
-        and _fetch(conn, "awa_schema_version_rows")[0][0]
+        ledger.fetch("relation_exists", {"name": "awa.schema_version"})[0][0]
+        and ledger.fetch("awa_schema_version_rows")[0][0]
     ):
         raise ForeignSchema(
             "this database was migrated by the real Awa (awa.schema_version has rows); "
             "awa_bridge will not change its schema. Use awa-pg's own migrations for it; "
             "the bridge's insert_job still works on it."
         )
-    if not _fetch(conn, "relation_exists", {"name": "awa.bridge_migrations"})[0][0]:
+    if not ledger.fetch("relation_exists", {"name": "awa.bridge_migrations"})[0][0]:
         return list(available)
-    applied = dict(_fetch(conn, "applied_migrations"))
+    applied = dict(ledger.fetch("applied_migrations"))
     known = {m.name: m for m in available}
     unknown = sorted(set(applied) - set(known))
     if unknown:
@@ -84,19 +186,35 @@ def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]
     return [m for m in available if m.name not in applied]
 
 
+def migrate_connection(conn: Any, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:
+    """Apply what is pending on a connection the caller holds, inside the caller's transaction.
+
+    For tools that own the transaction, such as an Alembic revision
+    (``op.get_bind()``) or a deploy script that migrates and seeds at once.
+    ``conn`` is a psycopg 3 ``Connection`` (in a transaction, or not in
+    autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg, psycopg2
+    or asyncpg dialect (for an ``AsyncConnection``: ``await
+    conn.run_sync(migrate_connection)``). It never commits: the advisory lock
+    and the applied files are released / made visible when the caller
+    commits, and a rollback undoes them. Returns the names of the files
+    applied (or pending, on a dry run).
+    """
+    available = load_migrations(directory)
+    ledger = _ledger(conn)
+    ledger.fetch("migration_lock")
+    pending = pending_migrations(ledger, available)
+    if dry_run or not pending:
+        return [m.name for m in pending]
+    ledger.script(QUERIES["create_migration_ledger"].pyformat)
+    for migration in pending:
+        ledger.script(migration.sql)
+        ledger.fetch("record_migration", {"name": migration.name, "checksum": migration.checksum})
+    return [m.name for m in pending]
+
+
 def migrate(database_url: str, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:
     """Bring the database up to date; return the names of the files applied (or pending, on a dry run)."""
     import psycopg
 
-    available = load_migrations(directory)
-    with psycopg.connect(database_url, autocommit=False) as conn:
-        with conn.transaction():
-            _fetch(conn, "migration_lock")
-            pending = pending_migrations(conn, available)
-            if dry_run or not pending:
-                return [m.name for m in pending]
-            conn.execute(QUERIES["create_migration_ledger"].pyformat)
-            for migration in pending:
-                conn.execute(migration.sql.encode("utf-8"))
-                _fetch(conn, "record_migration", {"name": migration.name, "checksum": migration.checksum})
-        return [m.name for m in pending]
+    with psycopg.connect(database_url, autocommit=False) as conn, conn.transaction():
+        return migrate_connection(conn, dry_run=dry_run, directory=directory)
