@@ -70,7 +70,7 @@ class _Ledger:
 
 
 class _DBAPILedger(_Ledger):
-    """A pyformat DB-API connection: psycopg 3 (also psycopg2 under SQLAlchemy)."""
+    """A pyformat DB-API connection: psycopg 3 (psycopg2 under SQLAlchemy would take this path too)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -192,12 +192,12 @@ def migrate_connection(conn: Any, *, dry_run: bool = False, directory: Path | No
     For tools that own the transaction, such as an Alembic revision
     (``op.get_bind()``) or a deploy script that migrates and seeds at once.
     ``conn`` is a psycopg 3 ``Connection`` (in a transaction, or not in
-    autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg, psycopg2
-    or asyncpg dialect (for an ``AsyncConnection``: ``await
-    conn.run_sync(migrate_connection)``). It never commits: the advisory lock
-    and the applied files are released / made visible when the caller
-    commits, and a rollback undoes them. Returns the names of the files
-    applied (or pending, on a dry run).
+    autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg or asyncpg
+    dialect (psycopg2 takes the same DB-API path, untested; for an
+    ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``). It
+    never commits: the advisory lock is released and the applied files
+    become visible when the caller commits, and a rollback undoes them.
+    Returns the names of the files applied (or pending, on a dry run).
     """
     available = load_migrations(directory)
     ledger = _ledger(conn)

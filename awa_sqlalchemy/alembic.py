@@ -63,8 +63,8 @@ def upgrade_awa(op: Any = None, *, directory: Path | None = None) -> list[str]:
     """Apply the pending shared migrations inside the current Alembic revision's transaction.
 
     ``op`` is ``alembic.op`` (the default). Online, it runs on
-    ``op.get_bind()`` (psycopg, psycopg2 or asyncpg dialect, sync or async
-    ``env.py``) under the runner's advisory lock, and returns the names of
+    ``op.get_bind()`` (psycopg or asyncpg dialect, sync or async ``env.py``)
+    under the runner's advisory lock, and returns the names of
     the files it applied. The work commits or rolls back with the revision.
 
     Offline (``alembic upgrade --sql``) nothing can be read from the database,
