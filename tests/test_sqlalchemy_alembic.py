@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import psycopg
@@ -235,10 +234,6 @@ def test_alembic_upgrade_autogenerate_downgrade(tmp_path: Path, make_database) -
     unfiltered = project.autogenerate("without filters", no_filters=True)
     assert "schema='awa'" in upgrade_body(unfiltered) and "op.drop_table('jobs', schema='awa')" in unfiltered
 
-    offline = project.run("upgrade", "head", "--sql")
-    assert "CREATE TABLE orders" in offline and "CREATE TABLE awa.jobs" in offline
-    assert f"VALUES ('v001_schema.sql', '{expected_ledger()[0][1]}')" in offline
-
     project.run("downgrade", "base")
     assert schema_state(url) == (False, False, [])
     project.run("upgrade", "head")  # and back, on the same database
@@ -311,8 +306,10 @@ def test_offline_script_applies_with_psql_semantics(tmp_path: Path, make_databas
     url = make_database()
     project = AlembicProject(tmp_path, with_driver(url, "psycopg"))
     script = project.run("upgrade", "head", "--sql")
+    assert "CREATE TABLE orders" in script and script.count("CREATE TABLE awa.jobs") == 1
+    for name, checksum in expected_ledger():
+        assert f"VALUES ('{name}', '{checksum}')" in script
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(script.encode())
     assert schema_state(url) == (True, True, expected_ledger())
     assert awa_bridge.migrate(url) == []
-    assert textwrap.dedent(script).count("CREATE TABLE awa.jobs") == 1
