@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     queues = commands.add_parser("queues", help="per-queue counts, lag of the oldest available job, pause state")
     queues.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     queues.set_defaults(func=_cmd_queues)
+
+    from .cron_cli import add_parser as add_cron_parser
+
+    add_cron_parser(commands)
     return parser
 
 

@@ -55,7 +55,7 @@ def compile_query(name: str, text: str) -> Query:
 
 
 def load_queries(path: Path) -> dict[str, Query]:
-    """Parse a file of ``-- name:`` blocks; comments before the body are dropped."""
+    """Parse a file of ``-- name:`` blocks; comment lines before and after each body are dropped."""
     source = path.read_text(encoding="utf-8")
     names = list(_NAME_LINE.finditer(source))
     queries: dict[str, Query] = {}
@@ -64,6 +64,9 @@ def load_queries(path: Path) -> dict[str, Query]:
         lines = source[match.end() : end].strip().splitlines()
         while lines and lines[0].startswith("--"):
             lines.pop(0)
+        # A section header between two blocks belongs to the next one, not to this body.
+        while lines and (not lines[-1].strip() or lines[-1].startswith("--")):
+            lines.pop()
         body = "\n".join(lines).strip()
         if match.group(1) in queries:
             raise ValueError(f"duplicate query name {match.group(1)!r} in {path.name}")

@@ -303,3 +303,102 @@ LEFT JOIN awa.jobs AS j
 LEFT JOIN awa.queue_meta AS m ON m.queue = q.queue
 GROUP BY q.queue
 ORDER BY q.queue
+
+-- ---------------------------------------------------------------------------
+-- Periodic jobs (awa_bridge.cron, worker/maintenance/cron.py). last_enqueued_at
+-- is the fire time of the last occurrence enqueued; only the leader's fire
+-- transaction (or resume with skip_missed) moves it.
+-- ---------------------------------------------------------------------------
+
+-- name: upsert_cron_job
+-- A declaration: insert, or replace the definition columns when one differs.
+-- last_enqueued_at, paused_at/paused_by and created_at are never touched.
+-- Returns a row only when something was inserted or changed.
+INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                                tags, metadata, missed_fire_policy, created_at, updated_at)
+VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
+        COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
+ON CONFLICT (name) DO UPDATE
+SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
+    queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+    max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
+    missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
+WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
+       c.metadata, c.missed_fire_policy)
+      IS DISTINCT FROM
+      (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
+       EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
+       EXCLUDED.missed_fire_policy)
+RETURNING c.name
+
+-- name: list_cron_jobs
+SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
+       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
+       paused_at, paused_by, clock_timestamp() AS db_now
+FROM awa.cron_jobs
+ORDER BY name
+
+-- name: get_cron_job
+SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
+       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
+       paused_at, paused_by, clock_timestamp() AS db_now
+FROM awa.cron_jobs
+WHERE name = CAST(%(name)s AS text)
+
+-- name: cron_fire_candidates
+-- The leader's cheap unlocked look at what may be due; the database clock is
+-- the reference for every worker.
+SELECT name, cron_expr, timezone, missed_fire_policy, last_enqueued_at, created_at,
+       clock_timestamp() AS db_now
+FROM awa.cron_jobs
+WHERE paused_at IS NULL
+ORDER BY name
+
+-- name: lock_cron_job_for_fire
+-- Inside the fire transaction. SKIP LOCKED: a schedule another leader (or a
+-- dying one) is firing right now is left to it.
+SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
+       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at
+FROM awa.cron_jobs
+WHERE name = CAST(%(name)s AS text) AND paused_at IS NULL
+FOR UPDATE SKIP LOCKED
+
+-- name: advance_cron_job
+-- Same transaction as the inserts; matches only if nobody moved it meanwhile.
+UPDATE awa.cron_jobs
+SET last_enqueued_at = CAST(%(fire_at)s AS timestamptz)
+WHERE name = CAST(%(name)s AS text)
+  AND paused_at IS NULL
+  AND last_enqueued_at IS NOT DISTINCT FROM CAST(%(previous)s AS timestamptz)
+RETURNING name
+
+-- name: pause_cron_job
+-- Pausing a paused schedule keeps the first pause's time and author.
+UPDATE awa.cron_jobs
+SET paused_by = CASE WHEN paused_at IS NULL THEN CAST(%(paused_by)s AS text) ELSE paused_by END,
+    updated_at = CASE WHEN paused_at IS NULL THEN now() ELSE updated_at END,
+    paused_at = COALESCE(paused_at, now())
+WHERE name = CAST(%(name)s AS text)
+RETURNING name
+
+-- name: lock_cron_job_for_resume
+SELECT name, cron_expr, timezone, last_enqueued_at, paused_at, clock_timestamp() AS db_now
+FROM awa.cron_jobs
+WHERE name = CAST(%(name)s AS text)
+FOR UPDATE
+
+-- name: resume_cron_job
+-- skip_to (resume with skip_missed) moves last_enqueued_at forward, never back.
+UPDATE awa.cron_jobs
+SET updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE now() END,
+    paused_at = NULL,
+    paused_by = NULL,
+    last_enqueued_at = GREATEST(last_enqueued_at, CAST(%(skip_to)s AS timestamptz))
+WHERE name = CAST(%(name)s AS text)
+RETURNING name
+
+-- name: delete_cron_job
+DELETE FROM awa.cron_jobs WHERE name = CAST(%(name)s AS text) RETURNING name

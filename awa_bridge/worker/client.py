@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .. import enqueue
+from ..cron import PeriodicJob, upsert_schedules
+from ..errors import ValidationError
 from ..migrations import migrate
 from ..types import InsertManyResult, Job
 from .config import QueueConfig, WorkerConfig
@@ -43,6 +45,7 @@ class Client:
         self.config = config or WorkerConfig(**timings)
         self.registry = Registry()
         self.hooks = Hooks()
+        self.schedules: dict[str, PeriodicJob] = {}
         self.runtime: Runtime | None = None
         self._insert_pool: Any = None
 
@@ -72,6 +75,21 @@ class Client:
 
         return decorate
 
+    def periodic(self, name: str, cron_expr: str, args: Any = None, **options: Any) -> PeriodicJob:
+        """Declare a periodic job; stored in ``awa.cron_jobs`` when this client's worker starts.
+
+        ``options``: ``kind``, ``timezone`` (IANA, default UTC), ``queue``,
+        ``priority``, ``max_attempts``, ``tags``, ``metadata`` and
+        ``missed_fire_policy`` (``"coalesce"``, the default, or ``"catch_up"``).
+        Validated now (``ValidationError`` naming the field). See
+        ``awa_bridge.cron`` and docs/howto/cron.md.
+        """
+        schedule = PeriodicJob(name, cron_expr, {} if args is None else args, **options)
+        if name in self.schedules:
+            raise ValidationError("name", f"schedule {name!r} is already declared on this client")
+        self.schedules[name] = schedule
+        return schedule
+
     def on(self, event: str) -> Callable[[F], F]:
         """Register a lifecycle hook: started, completed, retried, exhausted, cancelled, rescued, snoozed."""
 
@@ -96,8 +114,20 @@ class Client:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
             raise RuntimeError("this client's worker is already running")
+        if self.schedules:
+            await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
         await self.runtime.start()
+
+    async def _declare_schedules(self) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.database_url)
+        try:
+            changed = await upsert_schedules(conn, self.schedules.values())
+        finally:
+            await conn.close()
+        log.info("periodic jobs declared: %s (%d new or changed)", ", ".join(sorted(self.schedules)), len(changed))
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, drain for up to ``timeout`` seconds, release what is left."""

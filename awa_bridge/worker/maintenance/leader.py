@@ -18,6 +18,7 @@ from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
 from .cleanup import delete_finished
+from .cron import fire_due_schedules
 from .promote import promote_due
 from .rescue import rescue_expired_deadlines, rescue_stale_heartbeats
 
@@ -69,6 +70,7 @@ class Maintenance:
         while not stopping.is_set():
             now = time.monotonic()
             await promote_due(conn)
+            await fire_due_schedules(conn)
             if now >= next_rescue:
                 rescued = await rescue_stale_heartbeats(conn, cfg.heartbeat_staleness)
                 rescued += await rescue_expired_deadlines(conn)
