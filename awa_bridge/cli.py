@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from .admin_cli import JOB_ACTIONS, QUEUE_ACTIONS
 from .errors import AwaError
 from .types import JobState
 
@@ -100,6 +101,10 @@ def _query(url: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _cmd_jobs(ns: argparse.Namespace) -> int:
     url = _database_url(ns.database_url)
+    if ns.action != "list":
+        from .admin_cli import run_job_action
+
+        return run_job_action(url, ns)
     if ns.id is not None:
         from .enqueue import row_to_job
 
@@ -118,6 +123,10 @@ def _cmd_jobs(ns: argparse.Namespace) -> int:
 
 
 def _cmd_queues(ns: argparse.Namespace) -> int:
+    if ns.action != "list":
+        from .admin_cli import run_queue_action
+
+        return run_queue_action(_database_url(ns.database_url), ns)
     rows = _query(_database_url(ns.database_url), "queue_overview", {})
     columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
     _print_table(rows, [*columns, "failed", "lag_seconds"])
@@ -150,7 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     worker.set_defaults(func=_cmd_worker)
 
-    jobs = commands.add_parser("jobs", help="list jobs (newest first) or show one")
+    jobs = commands.add_parser(
+        "jobs",
+        help="list jobs (newest first), show one, or retry / cancel / delete / run-now one",
+        description="Without ACTION: list jobs (filtered by --queue, --state, --kind) or show --id. "
+        "retry|cancel|delete|run-now ID act on one job; retry-failed [--kind K] [--queue Q] retries "
+        "every failed job (see docs/howto/operations.md).",
+    )
+    jobs.add_argument("action", nargs="?", default="list", choices=JOB_ACTIONS, metavar="ACTION")
+    jobs.add_argument("job_id", nargs="?", type=int, metavar="ID", help="the job an ACTION applies to")
     jobs.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     jobs.add_argument("--id", type=int, help="show this job in full")
     jobs.add_argument("--queue")
@@ -159,7 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--limit", type=int, default=50)
     jobs.set_defaults(func=_cmd_jobs)
 
-    queues = commands.add_parser("queues", help="per-queue counts, lag of the oldest available job, pause state")
+    queues = commands.add_parser(
+        "queues",
+        help="per-queue counts, lag of the oldest available job, pause state; pause / resume / stats",
+        description="Without ACTION: list queues. pause|resume NAME stop or restart claiming on a queue; "
+        "stats [NAME] adds completions in the last hour (fast on large tables).",
+    )
+    queues.add_argument("action", nargs="?", default="list", choices=QUEUE_ACTIONS, metavar="ACTION")
+    queues.add_argument("name", nargs="?", metavar="NAME", help="the queue an ACTION applies to")
+    queues.add_argument("--paused-by", help="who pauses (recorded in awa.queue_meta; default cli:<user>)")
     queues.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     queues.set_defaults(func=_cmd_queues)
 

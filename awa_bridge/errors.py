@@ -65,6 +65,84 @@ class DatabaseError(AwaError):
     """A driver error we wrap; the original stays in ``__cause__``."""
 
 
+class JobNotFound(AwaError, LookupError):
+    """No job matches: the id does not exist (or no job holds that unique key).
+
+    ``job_id`` is the id asked for, ``None`` for a lookup by unique key.
+    """
+
+    def __init__(self, job_id: int | None, message: str | None = None) -> None:
+        self.job_id = job_id
+        super().__init__(message or f"no job with id {job_id}")
+
+
+class InvalidState(AwaError):
+    """The job exists but its state does not allow the action; nothing was changed.
+
+    ``state`` is the state the job was found in, ``allowed`` the states the
+    action accepts.
+    """
+
+    def __init__(self, job_id: int, action: str, state: str, allowed: tuple[str, ...]) -> None:
+        self.job_id = job_id
+        self.action = action
+        self.state = state
+        self.allowed = allowed
+        super().__init__(
+            f"cannot {action} job {job_id}: it is {state}; {action} applies to jobs that are {', '.join(allowed)}"
+        )
+
+
+class ReceiptConflict(AwaError):
+    """An operation key was already recorded with a different payload.
+
+    Reusing a key for different work is a bug in the caller: the effect is
+    neither repeated nor reused. ``tenant`` and ``operation_key`` name the key.
+    """
+
+    def __init__(self, tenant: str, operation_key: str, recorded: bytes, given: bytes) -> None:
+        self.tenant = tenant
+        self.operation_key = operation_key
+        super().__init__(
+            f"operation key {operation_key!r} (tenant {tenant!r}) was already recorded with a different "
+            f"payload (fingerprint {bytes(recorded).hex()[:16]}..., this payload {given.hex()[:16]}...); "
+            "the effect is neither repeated nor reused"
+        )
+
+
+class OutcomeUnknown(AwaError):
+    """An earlier attempt started this effect but its outcome was never recorded.
+
+    Happens when the receipt was committed before the effect finished (the
+    external-effect pattern) and the process stopped in between. Reconcile
+    with the provider (the idempotency key identifies the request), then
+    record what happened with ``awa_bridge.receipts.resolve_receipt``.
+    """
+
+    def __init__(self, tenant: str, operation_key: str, started_at: Any) -> None:
+        self.tenant = tenant
+        self.operation_key = operation_key
+        self.started_at = started_at
+        super().__init__(
+            f"operation key {operation_key!r} (tenant {tenant!r}) was started at {started_at} and its outcome "
+            "was never recorded: reconcile it with the provider, then call resolve_receipt(); "
+            "it is not retried blindly"
+        )
+
+
+class ReceiptNotFound(AwaError, LookupError):
+    """No receipt is stored for that operation key."""
+
+
+class ReceiptNotSaved(AwaError):
+    """A receipt block claimed an operation key and ended without ``save()``.
+
+    Raised on leaving the block so the caller's transaction (which holds the
+    claim and, presumably, the effect) is rolled back rather than committed
+    without an outcome.
+    """
+
+
 def sqlstate_of(exc: BaseException) -> str | None:
     """Return the SQLSTATE of a driver error, whatever wrapped it.
 

@@ -402,3 +402,279 @@ RETURNING name
 
 -- name: delete_cron_job
 DELETE FROM awa.cron_jobs WHERE name = CAST(%(name)s AS text) RETURNING name
+
+-- ---------------------------------------------------------------------------
+-- Admin operations (awa_bridge.admin). Each single-job operation is ONE
+-- statement: `target` locks the row (waiting for a concurrent writer, then
+-- seeing its committed result), `changed` applies the action only when the
+-- locked state allows it, and the final SELECT reports the state found, so
+-- the caller can tell "no such job" (no row) from "wrong state" (row, id NULL)
+-- without a second, racy read. Allowed states come in as %(allowed)s.
+-- ---------------------------------------------------------------------------
+
+-- name: retry_job
+-- Manual retry, as in Awa: available now with a fresh attempt budget
+-- (attempt = 0); errors and progress are kept as history.
+WITH target AS (
+    SELECT id, state FROM awa.jobs WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+        heartbeat_at = NULL, deadline_at = NULL,
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM target
+    WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+              j.progress::text AS progress
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM changed
+)
+SELECT target.state::text AS prior_state, (SELECT count(*) FROM notified) AS notified, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: cancel_job
+-- A running job is cancelled too: its heartbeat and its late completion are
+-- fenced by state = 'running', so the worker notices (job.cancelled) and its
+-- writes change nothing.
+WITH target AS (
+    SELECT id, state FROM awa.jobs WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('cancelled by an operator while %%s', target.state),
+            'type', 'AdminCancel', 'attempt', j.attempt, 'at', now())),
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM target
+    WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+              j.progress::text AS progress
+)
+SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
+
+-- name: cancel_by_unique_key
+-- The job holding the key is the one row of jobs_unique_key_idx for it: the
+-- key in a state its own unique_states mask enforces.
+WITH target AS (
+    SELECT id, state FROM awa.jobs
+    WHERE unique_key = CAST(%(unique_key)s AS bytea) AND awa.job_state_in_bitmask(unique_states, state)
+    FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('cancelled by an operator (by unique key) while %%s', target.state),
+            'type', 'AdminCancel', 'attempt', j.attempt, 'at', now())),
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM target
+    WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+              j.progress::text AS progress
+)
+SELECT target.id AS target_id, target.state::text AS prior_state, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: run_job_now
+WITH target AS (
+    SELECT id, state FROM awa.jobs WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', run_at = now()
+    FROM target
+    WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+              j.progress::text AS progress
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM changed
+)
+SELECT target.state::text AS prior_state, (SELECT count(*) FROM notified) AS notified, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: delete_job
+WITH target AS (
+    SELECT id, state FROM awa.jobs WHERE id = %(id)s FOR UPDATE
+), changed AS (
+    DELETE FROM awa.jobs AS j
+    USING target
+    WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+              j.progress::text AS progress
+)
+SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
+
+-- name: retry_failed_jobs
+-- Every failed job of a kind and/or queue back to available with a fresh
+-- attempt budget. A job whose unique key is held by a live job (or by an
+-- older failed job retried in this same statement) stays failed: retrying it
+-- would be a duplicate, and one such row must not abort the whole batch.
+WITH failed AS (
+    SELECT id, unique_key, unique_states
+    FROM awa.jobs
+    WHERE state = 'failed'
+      AND (CAST(%(kind)s AS text) IS NULL OR kind = %(kind)s)
+      AND (CAST(%(queue)s AS text) IS NULL OR queue = %(queue)s)
+    FOR UPDATE
+), ranked AS (
+    SELECT f.id, f.unique_key,
+           f.unique_key IS NOT NULL AND awa.job_state_in_bitmask(f.unique_states, 'available') AS keyed,
+           row_number() OVER (PARTITION BY f.unique_key ORDER BY f.id) AS nth
+    FROM failed AS f
+), eligible AS (
+    SELECT r.id FROM ranked AS r
+    WHERE NOT r.keyed
+       OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.jobs AS o
+               WHERE o.unique_key = r.unique_key AND awa.job_state_in_bitmask(o.unique_states, o.state)
+                 AND o.id <> r.id))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+        heartbeat_at = NULL, deadline_at = NULL
+    FROM eligible
+    WHERE j.id = eligible.id
+    RETURNING j.queue
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+)
+SELECT (SELECT count(*) FROM changed) AS retried,
+       (SELECT count(*) FROM failed) - (SELECT count(*) FROM changed) AS skipped,
+       (SELECT count(*) FROM notified) AS notified
+
+-- name: queue_stats
+-- Fast on a table of millions of finished jobs. Queue names come from a
+-- loose index scan of jobs_queue_state_idx (one probe per queue); per queue,
+-- the counts are probes of (queue, live state) in the same index, and the lag
+-- is the first entry of each priority in jobs_dispatch_idx (4 probes, however
+-- long the backlog); "completed in the last hour" is one range scan of
+-- jobs_finalized_idx. Completed and cancelled jobs are history and are never
+-- counted in full. Queues known only from queue_meta (paused before any job)
+-- are a separate branch. Both keep the planner's row guesses from multiplying
+-- the per-queue probes: a plan estimated above jit_above_cost is JIT-compiled
+-- at every execution, which costs far more (300+ ms) than running it.
+WITH RECURSIVE job_queues AS (
+    (SELECT queue FROM awa.jobs WHERE CAST(%(queue)s AS text) IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM awa.jobs AS j WHERE j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM job_queues AS q
+    WHERE q.queue IS NOT NULL
+), queues AS (
+    -- Through an array: the planner guesses ~10 elements, not the ~100 rows it
+    -- guesses for a recursive CTE, and keeps the plan's estimate honest.
+    SELECT unnest(ARRAY(SELECT queue FROM job_queues WHERE queue IS NOT NULL)) AS queue
+    UNION ALL
+    SELECT CAST(%(queue)s AS text) WHERE CAST(%(queue)s AS text) IS NOT NULL
+), recent AS (
+    SELECT queue, count(*) AS completed_last_hour
+    FROM awa.jobs
+    WHERE state = 'completed' AND finalized_at > now() - interval '1 hour'
+      AND (CAST(%(queue)s AS text) IS NULL OR queue = %(queue)s)
+    GROUP BY queue
+)
+SELECT q.queue,
+       c.scheduled, c.available, c.running, c.retryable, c.waiting_external, c.failed,
+       COALESCE(r.completed_last_hour, 0) AS completed_last_hour,
+       EXTRACT(EPOCH FROM now() - l.oldest_run_at)::float8 AS lag_seconds,
+       COALESCE(m.paused, false) AS paused
+FROM queues AS q
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE s.state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE s.state = 'available') AS available,
+           count(*) FILTER (WHERE s.state = 'running') AS running,
+           count(*) FILTER (WHERE s.state = 'retryable') AS retryable,
+           count(*) FILTER (WHERE s.state = 'waiting_external') AS waiting_external,
+           count(*) FILTER (WHERE s.state = 'failed') AS failed
+    FROM awa.jobs AS s
+    WHERE s.queue = q.queue
+      AND s.state IN ('scheduled', 'available', 'running', 'retryable', 'waiting_external', 'failed')
+) AS c
+CROSS JOIN LATERAL (
+    SELECT min(first.run_at) AS oldest_run_at
+    FROM (VALUES (1), (2), (3), (4)) AS p (priority)
+    CROSS JOIN LATERAL (
+        SELECT a.run_at FROM awa.jobs AS a
+        WHERE a.state = 'available' AND a.queue = q.queue AND a.priority = p.priority
+        ORDER BY a.run_at
+        LIMIT 1
+    ) AS first
+) AS l
+LEFT JOIN recent AS r ON r.queue = q.queue
+LEFT JOIN awa.queue_meta AS m ON m.queue = q.queue
+UNION ALL
+SELECT m.queue, 0, 0, 0, 0, 0, 0, 0, NULL, m.paused
+FROM awa.queue_meta AS m
+WHERE CAST(%(queue)s AS text) IS NULL
+  AND NOT EXISTS (SELECT 1 FROM awa.jobs AS j WHERE j.queue = m.queue)
+ORDER BY queue
+
+-- ---------------------------------------------------------------------------
+-- Receipts (awa_bridge.receipts), on the caller's connection and transaction.
+-- ---------------------------------------------------------------------------
+
+-- name: begin_receipt
+-- Claim an operation key, or read the receipt already recorded for it. A
+-- concurrent first attempt holding the key uncommitted makes this INSERT
+-- wait; when that one commits, this statement's snapshot predates it and
+-- returns no row: the caller runs it again (a new snapshot sees the receipt).
+WITH inserted AS (
+    INSERT INTO awa.receipts (tenant, operation_key, payload_fingerprint)
+    VALUES (%(tenant)s, %(operation_key)s, CAST(%(fingerprint)s AS bytea))
+    ON CONFLICT (tenant, operation_key) DO NOTHING
+    RETURNING payload_fingerprint, outcome, created_at, recorded_at
+)
+SELECT true AS claimed, payload_fingerprint, outcome::text AS outcome, created_at, recorded_at
+FROM inserted
+UNION ALL
+SELECT false, payload_fingerprint, outcome::text, created_at, recorded_at
+FROM awa.receipts
+WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s AND NOT EXISTS (SELECT 1 FROM inserted)
+
+-- name: save_receipt
+-- Record the outcome of a claimed (or, after reconciliation, a pending) key.
+UPDATE awa.receipts
+SET outcome = CAST(%(outcome)s AS jsonb), recorded_at = now()
+WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s AND outcome IS NULL
+RETURNING recorded_at
+
+-- name: get_receipt
+SELECT payload_fingerprint, outcome::text AS outcome, created_at, recorded_at
+FROM awa.receipts
+WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s
+
+-- name: prune_receipts
+-- Retention: delete recorded receipts older than the window; pending ones
+-- (outcome unknown) stay until someone reconciles them.
+WITH deleted AS (
+    DELETE FROM awa.receipts
+    WHERE recorded_at IS NOT NULL AND created_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM deleted
