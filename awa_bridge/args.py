@@ -13,6 +13,7 @@ negative exponents carry no zero padding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -27,9 +28,20 @@ _I64_MAX = 2**63 - 1
 _KIND_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
+@functools.lru_cache(maxsize=1024)
 def derive_kind(class_name: str) -> str:
     """Snake-case a class name the way awa does (``SMTPEmail`` → ``smtp_email``)."""
     return _KIND_BOUNDARY.sub("_", class_name).lower()
+
+
+# Field values that ``dataclasses.asdict`` would return unchanged (it deep-copies
+# everything else), so a dataclass holding only these can be read field by field.
+_FLAT_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def coerce_args(args: Any) -> tuple[Any, str | None]:
@@ -39,7 +51,14 @@ def coerce_args(args: Any) -> tuple[Any, str | None]:
     value is ``None`` for a mapping, whose kind must be given explicitly.
     """
     if dataclasses.is_dataclass(args) and not isinstance(args, type):
-        return dataclasses.asdict(args), derive_kind(type(args).__name__)
+        cls = type(args)
+        data = {name: getattr(args, name) for name in _field_names(cls)}
+        for value in data.values():
+            if type(value) not in _FLAT_TYPES:
+                # Nested dataclasses, lists, dicts ...: asdict converts and copies them.
+                data = dataclasses.asdict(args)
+                break
+        return data, derive_kind(cls.__name__)
     model_dump = getattr(args, "model_dump", None)
     if callable(model_dump) and not isinstance(args, type):
         return model_dump(mode="json"), derive_kind(type(args).__name__)
@@ -61,11 +80,34 @@ def canonical_json(value: Any, field: str = "args") -> str:
     if _check(value, field):
         # Some number needs serde_json's spelling; build the text by hand.
         return "".join(_encode(value))
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return _ENCODER.encode(value)
+
+
+# What json.dumps(..., ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+# builds on every call; built once.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _str_ok(text: str) -> bool:
+    """True when ``_check_str`` would accept ``text`` (no NUL, encodable as UTF-8)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check(value: Any, path: str) -> bool:
-    """Validate recursively; return True when a number needs special spelling."""
+    """Validate recursively; return True when a number needs special spelling.
+
+    Plain strings, in-range integers, booleans and None inside containers are
+    checked inline, so the path of a child is only spelled out when it is
+    needed (for an error, or to descend into it).
+    """
     if value is None or value is True or value is False:
         return False
     if isinstance(value, str):
@@ -82,12 +124,27 @@ def _check(value: Any, path: str) -> bool:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(path, f"keys must be strings, got {type(key).__name__} key {key!r}")
-            _check_str(key, f"{path} (key {key!r})")
-            special |= _check(item, f"{path}.{key}")
+            if not _str_ok(key):
+                _check_str(key, f"{path} (key {key!r})")
+            kind = type(item)
+            if kind is str:
+                if not _str_ok(item):
+                    _check_str(item, f"{path}.{key}")
+            elif kind is int:
+                special |= not (_I64_MIN <= item <= _I64_MAX)
+            elif item is not None and kind is not bool:
+                special |= _check(item, f"{path}.{key}")
         return special
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            special |= _check(item, f"{path}[{index}]")
+            kind = type(item)
+            if kind is str:
+                if not _str_ok(item):
+                    _check_str(item, f"{path}[{index}]")
+            elif kind is int:
+                special |= not (_I64_MIN <= item <= _I64_MAX)
+            elif item is not None and kind is not bool:
+                special |= _check(item, f"{path}[{index}]")
         return special
     raise ValidationError(
         path,

@@ -66,6 +66,38 @@ class PreparedJob:
             "ordering_key": self.ordering_key,
         }
 
+    def inserted(self, row: Row) -> Job:
+        """The ``Job`` this insert created: the database's id and times, our own values for the rest."""
+        return Job(
+            id=row["id"],
+            kind=self.kind,
+            queue=self.queue,
+            args=_loads(self.args_json),
+            state=self.state,
+            priority=self.priority,
+            attempt=0,
+            max_attempts=self.max_attempts,
+            run_at=row["run_at"],
+            heartbeat_at=None,
+            deadline_at=None,
+            attempted_at=None,
+            finalized_at=None,
+            created_at=row["created_at"],
+            errors=[],
+            metadata=_loads(self.metadata_json),
+            tags=list(self.tags),
+            unique_key=self.unique_key,
+            unique_states=self.unique_states,
+            callback_id=None,
+            callback_timeout_at=None,
+            callback_filter=None,
+            callback_on_complete=None,
+            callback_on_fail=None,
+            callback_transform=None,
+            run_lease=0,
+            progress=None,
+        )
+
 
 def prepare_job(
     args: Any,
@@ -97,7 +129,7 @@ def prepare_job(
     args_json = canonical_json(data, "args")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", f"must be a dict, got {type(metadata).__name__}")
-    metadata_json = canonical_json(dict(metadata or {}), "metadata")
+    metadata_json = canonical_json(dict(metadata), "metadata") if metadata else "{}"
     tag_tuple = _check_tags(tags)
     run_at_dt = _normalize_run_at(run_at)
     opts = parse_unique(unique)
@@ -176,6 +208,16 @@ def _normalize_ordering_key(key: bytes | str | None) -> bytes | None:
 
 
 _JSON_COLUMNS = ("args", "errors", "metadata", "progress")
+_STATES = {state.value: state for state in JobState}
+
+
+def _loads(text: str) -> Any:
+    # Most jobs carry empty metadata and no errors: skip the parser for those.
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)
 
 
 def row_to_job(row: Row) -> Job:
@@ -183,8 +225,9 @@ def row_to_job(row: Row) -> Job:
     values = dict(row)
     for column in _JSON_COLUMNS:
         if isinstance(values.get(column), str):
-            values[column] = json.loads(values[column])
-    values["state"] = JobState(values["state"])
+            values[column] = _loads(values[column])
+    state = values["state"]
+    values["state"] = _STATES.get(state) or JobState(state)
     values["errors"] = values.get("errors") or []
     values["tags"] = list(values.get("tags") or [])
     if values.get("unique_key") is not None:
@@ -226,7 +269,7 @@ async def insert_job(conn: Any, args: Any, **opts: Any) -> Job:
         if mapped is None:
             raise
         raise mapped from exc
-    return row_to_job(rows[0])
+    return prepared.inserted(rows[0])
 
 
 def insert_job_sync(conn: Any, args: Any, **opts: Any) -> Job:
@@ -244,7 +287,7 @@ def insert_job_sync(conn: Any, args: Any, **opts: Any) -> Job:
         if mapped is None:
             raise
         raise mapped from exc
-    return row_to_job(rows[0])
+    return prepared.inserted(rows[0])
 
 
 # -- bulk -------------------------------------------------------------------
@@ -264,32 +307,59 @@ _COPY_COLUMNS = (
 )
 
 
+def _copy_row(job: PreparedJob, now: datetime) -> tuple[Any, ...]:
+    """A ``PreparedJob`` as a row in ``_COPY_COLUMNS`` order."""
+    return (
+        job.kind,
+        job.queue,
+        job.args_json,
+        job.state.value,
+        job.priority,
+        job.max_attempts,
+        job.run_at or now,
+        job.metadata_json,
+        list(job.tags),
+        job.unique_key,
+        job.unique_states,
+    )
+
+
 def _bulk_rows(jobs: Iterable[Any], opts: dict[str, Any]) -> tuple[list[tuple[Any, ...]], bool]:
+    """COPY rows for ``jobs``, validated exactly as ``prepare_job`` would.
+
+    The options are shared by every args object, so they are validated once
+    per kind: the first args object of each kind goes through ``prepare_job``
+    (which checks everything) and later ones of that kind only have their own
+    args checked, encoded and (with ``unique``) hashed. Rows without a
+    ``run_at`` share one timestamp per call, as ``now()`` would in the database.
+    """
     rows: list[tuple[Any, ...]] = []
     any_unique = False
+    now = datetime.now(UTC)
+    # derived kind -> (first job of that kind as a row, its unique options)
+    templates: dict[str | None, tuple[tuple[Any, ...], UniqueOpts | None]] = {}
     for index, item in enumerate(jobs):
         try:
-            job = _as_prepared(item, opts)
+            if isinstance(item, PreparedJob):
+                job = _as_prepared(item, opts)
+            else:
+                data, derived_kind = coerce_args(item)
+                template = templates.get(derived_kind)
+                if template is not None:
+                    row, unique_opts = template
+                    args_json = canonical_json(data, "args")
+                    key = unique_key(row[0], row[1], args_json, unique_opts) if unique_opts else None
+                    rows.append((row[0], row[1], args_json, *row[3:9], key, row[10]))
+                    continue
+                job = prepare_job(item, **opts)
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}].{exc.field}", exc.message) from None
         if job.ordering_key is not None:
             raise ValidationError(f"jobs[{index}].ordering_key", "insert_many does not take ordering keys")
         any_unique |= job.unique_key is not None
-        rows.append(
-            (
-                job.kind,
-                job.queue,
-                job.args_json,
-                job.state.value,
-                job.priority,
-                job.max_attempts,
-                job.run_at or datetime.now(UTC),
-                job.metadata_json,
-                list(job.tags),
-                job.unique_key,
-                job.unique_states,
-            )
-        )
+        rows.append(_copy_row(job, now))
+        if not isinstance(item, PreparedJob):
+            templates[derived_kind] = (rows[-1], parse_unique(opts.get("unique")))
     return rows, any_unique
 
 

@@ -27,9 +27,7 @@ class SendConfirmationEmail:
 def place_order(conn: psycopg.Connection, customer: str, fail: bool = False) -> None:
     """An application write and its job, in ONE transaction."""
     with conn.transaction():
-        order_id = conn.execute(
-            "INSERT INTO orders (customer) VALUES (%s) RETURNING id", (customer,)
-        ).fetchone()[0]
+        order_id = conn.execute("INSERT INTO orders (customer) VALUES (%s) RETURNING id", (customer,)).fetchone()[0]
         job = awa_bridge.insert_job_sync(conn, SendConfirmationEmail(order_id=order_id, to=customer))
         print(f"  order {order_id} for {customer}: enqueued job {job.id} ({job.kind}, {job.state.value})")
         if fail:
@@ -43,10 +41,7 @@ async def bulk_and_unique(url: str) -> None:
             result = await awa_bridge.insert_many(
                 conn, [{"report": day} for day in range(1, 31)], kind="daily_report", unique=True
             )
-            print(
-                f"  insert_many: {result.inserted} jobs written, "
-                f"{result.skipped_duplicates} duplicates skipped"
-            )
+            print(f"  insert_many: {result.inserted} jobs written, {result.skipped_duplicates} duplicates skipped")
             again = await awa_bridge.insert_many(
                 conn, [{"report": day} for day in range(25, 36)], kind="daily_report", unique=True
             )
@@ -81,9 +76,7 @@ def main() -> None:
 
     with psycopg.connect(url) as conn:
         orders = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
-        rows = conn.execute(
-            "SELECT kind, state, count(*) FROM awa.jobs GROUP BY kind, state ORDER BY kind"
-        ).fetchall()
+        rows = conn.execute("SELECT kind, state, count(*) FROM awa.jobs GROUP BY kind, state ORDER BY kind").fetchall()
     print(f"Committed: {orders} order(s); jobs by kind and state:")
     for kind, state, count in rows:
         print(f"  {kind:<26} {state:<10} {count}")

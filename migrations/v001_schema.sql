@@ -20,12 +20,23 @@ CREATE TYPE awa.job_state AS ENUM (
 
 -- True when `state` is one of the states whose bit is set in `mask`.
 -- Bit 0 (leftmost) is 'scheduled', following the enum order.
--- IMMUTABLE so it can sit in the predicate of the uniqueness index.
+-- IMMUTABLE so it can sit in the predicate of the uniqueness index; a plain
+-- CASE (not enum_range(), which reads the catalog) because every insert and
+-- state change of a unique job evaluates it.
 CREATE FUNCTION awa.job_state_in_bitmask(mask bit(8), state awa.job_state)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT get_bit(mask, array_position(enum_range(NULL::awa.job_state), state) - 1) = 1
+    SELECT get_bit(mask, CASE state
+        WHEN 'scheduled' THEN 0
+        WHEN 'available' THEN 1
+        WHEN 'running' THEN 2
+        WHEN 'completed' THEN 3
+        WHEN 'retryable' THEN 4
+        WHEN 'failed' THEN 5
+        WHEN 'cancelled' THEN 6
+        WHEN 'waiting_external' THEN 7
+    END) = 1
 $$;
 
 CREATE TABLE awa.jobs (

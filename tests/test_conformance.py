@@ -240,9 +240,7 @@ async def test_unique_states_mask_allows_reinsert_after_leaving_enforced_state(d
     try:
         first = await awa_bridge.insert_job(conn, {"a": 1}, kind="k", unique={"states": ["available"]})
         assert first.unique_states == "01000000"
-        await conn.execute(
-            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = $1", first.id
-        )
+        await conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = $1", first.id)
         again = await awa_bridge.insert_job(conn, {"a": 1}, kind="k", unique={"states": ["available"]})
         assert again.id != first.id
         with pytest.raises(UniqueConflict):

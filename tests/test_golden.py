@@ -50,9 +50,7 @@ def test_unique_key_components_change_the_key() -> None:
     assert unique_key("k", "q", canonical_json({"a": 2}), UniqueOpts(by_args=False)) == unique_key(
         "k", "q", args, UniqueOpts(by_args=False)
     )
-    assert unique_key("k", "q", args, UniqueOpts(by_period=1)) != unique_key(
-        "k", "q", args, UniqueOpts(by_period=2)
-    )
+    assert unique_key("k", "q", args, UniqueOpts(by_period=1)) != unique_key("k", "q", args, UniqueOpts(by_period=2))
     assert len(base) == 16
 
 

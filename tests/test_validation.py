@@ -114,9 +114,7 @@ def test_bulk_error_names_the_row_and_writes_nothing(db_url: str) -> None:
     ],
     ids=["dict without kind", "list args", "unknown option"],
 )
-def test_missing_kind_wrong_args_type_and_unknown_option(
-    db_url: str, call: Callable[[Any], Any], message: str
-) -> None:
+def test_missing_kind_wrong_args_type_and_unknown_option(db_url: str, call: Callable[[Any], Any], message: str) -> None:
     with psycopg.connect(db_url) as conn, pytest.raises((ValidationError, TypeError), match=message):
         call(conn)
     assert count_rows(db_url) == 0

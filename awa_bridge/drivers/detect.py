@@ -18,8 +18,20 @@ SUPPORTED = (
 )
 
 
+# type(conn) -> its classification: the answer depends on the class alone, and
+# enqueue asks once per job.
+_CLASSIFIED: dict[type, str] = {}
+
+
 def _classify(conn: Any) -> str:
     cls = type(conn)
+    kind = _CLASSIFIED.get(cls)
+    if kind is None:
+        kind = _CLASSIFIED[cls] = _classify_type(cls)
+    return kind
+
+
+def _classify_type(cls: type) -> str:
     module = cls.__module__ or ""
     top = module.split(".")[0]
     name = cls.__name__
@@ -34,7 +46,7 @@ def _classify(conn: Any) -> str:
             return "sqlalchemy-async"
         if name in {"Connection", "Session"}:
             return "sqlalchemy"
-    if top == "django" or module.startswith("django.") or _is_django_wrapper(conn):
+    if top == "django" or module.startswith("django.") or _is_django_wrapper(cls):
         return "django"
     # Subclasses (for example a Session subclass of the application's own).
     for base in cls.__mro__[1:]:
@@ -50,8 +62,8 @@ def _classify(conn: Any) -> str:
     return ""
 
 
-def _is_django_wrapper(conn: Any) -> bool:
-    for base in type(conn).__mro__:
+def _is_django_wrapper(cls: type) -> bool:
+    for base in cls.__mro__:
         if base.__module__ == "django.db.backends.base.base" and base.__name__ == "BaseDatabaseWrapper":
             return True
     return False

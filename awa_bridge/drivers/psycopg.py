@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.pq import ExecStatus
+from psycopg.rows import dict_row
+
 from ..sql import Query
 from .base import Row, copy_statement
 
+TUPLES_OK = ExecStatus.TUPLES_OK
 
-def _rows(cursor: Any) -> list[Row]:
-    if cursor.description is None:
-        return []
-    names = [column.name for column in cursor.description]
-    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+def _has_rows(cursor: Any) -> bool:
+    # Cheaper than ``cursor.description``, which builds a Column per column on each access.
+    result = cursor.pgresult
+    return result is not None and result.status == TUPLES_OK
 
 
 class PsycopgSync:
@@ -23,9 +27,10 @@ class PsycopgSync:
         self.conn = conn
 
     def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
-        with self.conn.cursor() as cursor:
+        # dict_row: psycopg builds the dicts (and ignores the connection's own row_factory).
+        with self.conn.cursor(row_factory=dict_row) as cursor:
             cursor.execute(query.pyformat, params)
-            return _rows(cursor)
+            return cursor.fetchall() if _has_rows(cursor) else []
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cursor, cursor.copy(copy_statement(table, columns)) as copy:
@@ -40,12 +45,9 @@ class PsycopgAsync:
         self.conn = conn
 
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
-        async with self.conn.cursor() as cursor:
+        async with self.conn.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(query.pyformat, params)
-            if cursor.description is None:
-                return []
-            names = [column.name for column in cursor.description]
-            return [dict(zip(names, values, strict=True)) for values in await cursor.fetchall()]
+            return await cursor.fetchall() if _has_rows(cursor) else []
 
     async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         async with self.conn.cursor() as cursor, cursor.copy(copy_statement(table, columns)) as copy:
