@@ -63,7 +63,9 @@ def _cmd_worker(ns: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     client = _load_client(ns.target)
-    queues = [QueueConfig.parse(spec) for spec in ns.queue] if ns.queue else None
+    queues = client.queue_configs([QueueConfig.parse(spec) for spec in ns.queue] if ns.queue else None)
+    if ns.poll_interval is not None:
+        queues = [dataclasses.replace(q, poll_interval=ns.poll_interval) for q in queues]
     client.run(queues)
     return 0
 
@@ -155,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("target", metavar="MODULE:CLIENT", help="where the Client lives, e.g. myapp.jobs:client")
     worker.add_argument(
         "--queue", action="append", metavar="NAME[:N]", help="a queue to run, with N workers (repeatable)"
+    )
+    worker.add_argument(
+        "--poll-interval",
+        type=float,
+        metavar="SECONDS",
+        help="how often every queue polls for work when no NOTIFY arrives (default: 1)",
     )
     worker.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     worker.set_defaults(func=_cmd_worker)

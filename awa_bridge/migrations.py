@@ -186,7 +186,9 @@ def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]
     return [m for m in available if m.name not in applied]
 
 
-def migrate_connection(conn: Any, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:
+def migrate_connection(
+    conn: Any, *, dry_run: bool = False, directory: Path | None = None, target: str | None = None
+) -> list[str]:
     """Apply what is pending on a connection the caller holds, inside the caller's transaction.
 
     For tools that own the transaction, such as an Alembic revision
@@ -197,12 +199,19 @@ def migrate_connection(conn: Any, *, dry_run: bool = False, directory: Path | No
     ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``). It
     never commits: the advisory lock is released and the applied files
     become visible when the caller commits, and a rollback undoes them.
+    With ``target`` (a file name such as ``"v001_schema.sql"``) only the
+    pending files up to and including it are applied; later ones stay pending
+    (Django's migrations apply one file each this way).
     Returns the names of the files applied (or pending, on a dry run).
     """
     available = load_migrations(directory)
+    if target is not None and target not in {m.name for m in available}:
+        raise FileNotFoundError(f"no migration file named {target!r} in {directory or migrations_dir()}")
     ledger = _ledger(conn)
     ledger.fetch("migration_lock")
     pending = pending_migrations(ledger, available)
+    if target is not None:
+        pending = [m for m in pending if m.name <= target]
     if dry_run or not pending:
         return [m.name for m in pending]
     ledger.script(QUERIES["create_migration_ledger"].pyformat)

@@ -5,13 +5,9 @@
 
 -- name: insert_job
 -- Single transactional insert through the public contract function, so it
--- works on our schema and on one migrated by the real Awa.
-SELECT id, kind, queue, args::text AS args, state::text AS state, priority, attempt,
-       max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at,
-       created_at, to_jsonb(errors)::text AS errors, metadata::text AS metadata, tags,
-       unique_key, unique_states::text AS unique_states, callback_id::text AS callback_id,
-       callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail,
-       callback_transform, run_lease, progress::text AS progress
+-- works on our schema and on one migrated by the real Awa. Only what the
+-- database decides comes back; the rest of the row is what the caller sent.
+SELECT id, run_at, created_at
 FROM awa.insert_job_compat(
     CAST(%(kind)s AS text),
     CAST(%(queue)s AS text),
@@ -110,10 +106,14 @@ RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.
 
 -- name: complete_jobs
 -- Batched completion; ids missing from the result were superseded (stale).
+-- state::text keeps the rows found through the primary key: with a plain
+-- state = 'running' the planner scans a partial index on running jobs, which
+-- under load is full of dead entries of just-finished jobs (each completion
+-- then costs O(jobs finished lately), not O(batch)).
 UPDATE awa.jobs AS j
 SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
 FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+WHERE j.id = d.id AND j.run_lease = d.lease AND j.state::text = 'running'
 RETURNING j.id
 
 -- name: complete_job_with_progress
@@ -144,11 +144,28 @@ WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
 -- name: heartbeat_jobs
-UPDATE awa.jobs AS j
-SET heartbeat_at = now()
-FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-RETURNING j.id
+-- Never waits for a row lock (SKIP LOCKED): a row locked right now is being
+-- finalized, rescued or released, and misses this beat only. Waiting would
+-- deadlock with the same worker's batched completion (two multi-row UPDATEs
+-- locking overlapping rows in no set order) and hold up the whole batch's
+-- heartbeats meanwhile. Returns the ids still held under their lease as of
+-- this statement, beaten or skipped: the others were superseded.
+WITH d AS (
+    SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
+), beat AS (
+    UPDATE awa.jobs AS j
+    SET heartbeat_at = now()
+    FROM (
+        SELECT h.id
+        FROM awa.jobs AS h JOIN d ON h.id = d.id AND h.run_lease = d.lease
+        WHERE h.state = 'running'
+        FOR UPDATE OF h SKIP LOCKED
+    ) AS free
+    WHERE j.id = free.id
+)
+SELECT j.id
+FROM awa.jobs AS j JOIN d ON j.id = d.id AND j.run_lease = d.lease
+WHERE j.state = 'running'
 
 -- name: flush_progress
 UPDATE awa.jobs
@@ -678,3 +695,32 @@ WITH deleted AS (
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM deleted
+
+-- ---------------------------------------------------------------------------
+-- Admin filter choices (awa_django's admin): distinct kinds and queues by a
+-- loose index scan (one probe per distinct value), never a scan of the jobs.
+-- ---------------------------------------------------------------------------
+
+-- name: list_job_kinds
+WITH RECURSIVE kinds AS (
+    (SELECT kind FROM awa.jobs ORDER BY kind LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.kind FROM awa.jobs AS j WHERE j.kind > k.kind ORDER BY j.kind LIMIT 1)
+    FROM kinds AS k
+    WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM kinds WHERE kind IS NOT NULL LIMIT %(limit)s
+
+-- name: list_job_queues
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM awa.jobs ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM awa.jobs AS j WHERE j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM queues AS q
+    WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM awa.queue_meta
+ORDER BY 1
+LIMIT %(limit)s

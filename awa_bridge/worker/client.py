@@ -58,6 +58,7 @@ class Client:
         kind: str | None = None,
         queue: str = "default",
         transactional: bool = False,
+        transaction: Callable[[], Any] | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of a job kind.
 
@@ -67,10 +68,16 @@ class Client:
         loop, plain ``def`` handlers in threads. With ``transactional=True``
         the handler gets ``job.conn`` (asyncpg for async handlers, psycopg for
         sync ones) inside the transaction that also records the job's outcome.
+        ``transaction`` replaces that psycopg transaction for a sync handler: a
+        context manager factory that opens a transaction and yields a
+        connection the bridge supports (awa_django passes Django's
+        ``atomic()``), committing on a clean exit and rolling back on an error.
         """
 
         def decorate(fn: F) -> F:
-            self.registry.register(args_type, fn, kind=kind, queue=queue, transactional=transactional)
+            self.registry.register(
+                args_type, fn, kind=kind, queue=queue, transactional=transactional, transaction=transaction
+            )
             return fn
 
         return decorate

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,24 @@ from ..errors import StaleAttempt, ValidationError
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+
+
+class CancelFlag:
+    """Set once, read from any thread (a plain bool under the GIL).
+
+    Cheaper than a ``threading.Event`` per job; nothing ever waits on it.
+    """
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 @dataclass
@@ -39,7 +56,7 @@ class JobContext:
     deadline_at: datetime | None
     conn: Any = None
     _runtime: Runtime | None = field(default=None, repr=False)
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancelled: CancelFlag = field(default_factory=CancelFlag, repr=False)
     _progress_dirty: bool = field(default=False, repr=False)
     _metadata_patch: dict[str, Any] = field(default_factory=dict, repr=False)
     _task: Any = field(default=None, repr=False)

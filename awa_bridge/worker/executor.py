@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StaleAttempt
@@ -37,7 +37,7 @@ def failed_at_once(ctx: JobContext, message: str, exc: BaseException | None = No
 def seconds_left(ctx: JobContext) -> float | None:
     if ctx.deadline_at is None:
         return None
-    return max((ctx.deadline_at - datetime.now(UTC)).total_seconds(), 0.0)
+    return max(ctx.deadline_at.timestamp() - time.time(), 0.0)
 
 
 async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext) -> Outcome | None:
@@ -63,22 +63,69 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
     return outcome_of_result(result, ctx.attempt, ctx.max_attempts)
 
 
+DEADLINE_MESSAGE = "deadline exceeded: the attempt ran longer than its queue's deadline"
+
+
 async def _invoke(runtime: Runtime, handler: Handler, ctx: JobContext) -> Any:
     timeout = seconds_left(ctx)
     if handler.is_async:
-        work = asyncio.ensure_future(handler.fn(ctx))
-    else:
-        work = runtime.threads.submit(runtime.loop, handler.fn, ctx)
+        return await _invoke_async(handler, ctx, timeout)
+    work = runtime.threads.submit(runtime.loop, handler.fn, ctx)
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
     except TimeoutError:
         ctx._cancelled.set()
-        work.cancel()  # async handlers see CancelledError; sync ones only job.cancelled
-        raise DeadlineExceeded("deadline exceeded: the attempt ran longer than its queue's deadline") from None
+        work.cancel()  # a sync handler only sees job.cancelled
+        raise DeadlineExceeded(DEADLINE_MESSAGE) from None
     except asyncio.CancelledError:
         ctx._cancelled.set()
         work.cancel()
         raise
+
+
+async def _invoke_async(handler: Handler, ctx: JobContext, timeout: float | None) -> Any:
+    """Run an async handler in the attempt's own task (no task, shield or wait_for per job).
+
+    At the deadline ``job.cancelled`` is set first, then the task is cancelled:
+    the handler sees CancelledError and the attempt ends as DeadlineExceeded,
+    also when the handler swallows the cancellation. A cancellation from
+    elsewhere (shutdown release) propagates as before.
+    """
+    if timeout is None:
+        try:
+            return await handler.fn(ctx)
+        except asyncio.CancelledError:
+            ctx._cancelled.set()
+            raise
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def on_deadline() -> None:
+        nonlocal expired
+        expired = True
+        ctx._cancelled.set()
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, on_deadline)
+    try:
+        result = await handler.fn(ctx)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise DeadlineExceeded(DEADLINE_MESSAGE) from None
+        ctx._cancelled.set()
+        raise
+    except Exception:
+        if expired:
+            task.uncancel()
+            raise DeadlineExceeded(DEADLINE_MESSAGE) from None
+        raise
+    finally:
+        timer.cancel()
+    if expired:  # the handler swallowed the cancellation and returned anyway
+        task.uncancel()
+        raise DeadlineExceeded(DEADLINE_MESSAGE)
+    return result
 
 
 async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
@@ -112,37 +159,39 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
 
 
 def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
-    """The sync form, on a psycopg connection in a worker thread."""
+    """The sync form, in a worker thread: on a psycopg connection from the worker's pool,
+    or in the handler's own transaction (``Handler.transaction``, e.g. Django's ``atomic()``)."""
     import psycopg
 
+    from ..drivers import detect_sync
     from ..sql import QUERIES
     from .completer import complete_params, finish_params
 
+    begin = handler.transaction or runtime.sync_transaction
     outcome: Outcome | None = None
-    with runtime.sync_connection() as conn:
-        try:
-            with conn.transaction():
-                ctx.conn = conn
-                try:
-                    result = handler.fn(ctx)
-                finally:
-                    ctx.conn = None
-                outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
-                if outcome.state == "completed":
-                    query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
-                else:
-                    query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
-                if conn.execute(query.pyformat, params).fetchone() is None:
-                    raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
-                ctx.mark_flushed()
-        except StaleAttempt:
-            log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
-            runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome or Outcome("completed"), False)
-            return
-        except psycopg.OperationalError:
-            raise
-        except Exception as exc:
-            failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-            runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
-            return
+    try:
+        with begin() as conn:
+            ctx.conn = conn
+            try:
+                result = handler.fn(ctx)
+            finally:
+                ctx.conn = None
+            outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+            if outcome.state == "completed":
+                query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
+            else:
+                query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
+            if not detect_sync(conn).fetch_all(query, params):
+                raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
+            ctx.mark_flushed()
+    except StaleAttempt:
+        log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
+        runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome or Outcome("completed"), False)
+        return
+    except psycopg.OperationalError:
+        raise
+    except Exception as exc:
+        failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+        runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
+        return
     runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, True)

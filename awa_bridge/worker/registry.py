@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ class Handler:
     queue: str
     is_async: bool
     transactional: bool
+    # For sync transactional handlers: opens the finalization transaction and
+    # yields its connection (None: a psycopg connection from the worker's pool).
+    transaction: Callable[[], AbstractContextManager[Any]] | None = None
 
     def decode(self, args: Any) -> Any:
         """Build the handler's args object from the stored JSON."""
@@ -58,6 +62,7 @@ class Registry:
         kind: str | None = None,
         queue: str = "default",
         transactional: bool = False,
+        transaction: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> Handler:
         if isinstance(target, str):
             args_type, resolved = None, kind or target
@@ -65,6 +70,9 @@ class Registry:
             args_type, resolved = target, kind or derive_kind(target.__name__)
         else:
             raise TypeError("task() takes an args type (dataclass or pydantic model) or a kind name")
+        is_async = inspect.iscoroutinefunction(fn)
+        if transaction is not None and (is_async or not transactional):
+            raise ValueError("transaction= is for sync handlers registered with transactional=True")
         if resolved in self.handlers:
             raise ValidationError("kind", f"a handler for {resolved!r} is already registered")
         handler = Handler(
@@ -72,8 +80,9 @@ class Registry:
             fn=fn,
             args_type=args_type,
             queue=queue,
-            is_async=inspect.iscoroutinefunction(fn),
+            is_async=is_async,
             transactional=transactional,
+            transaction=transaction,
         )
         self.handlers[resolved] = handler
         return handler

@@ -227,7 +227,13 @@ class Runtime:
             return  # released at shutdown
         except Exception as exc:  # the runtime itself failed (e.g. the database went away)
             log.exception("job %s: attempt failed inside the worker", ctx.id)
-            outcome = Outcome("retryable", delay=1.0, error=error_record(exc, ctx.attempt), label="retried")
+            error = error_record(exc, ctx.attempt)
+            if ctx.attempt >= ctx.max_attempts:
+                # A retry would be claimed past max_attempts: the CHECK on attempt
+                # would then fail every claim on this queue.
+                outcome = Outcome("failed", error=error, label="exhausted")
+            else:
+                outcome = Outcome("retryable", delay=1.0, error=error, label="retried")
         finally:
             state.running -= 1
             if state.backlog and state.free >= max(1, min(self.config.claim_batch, state.config.max_workers) // 4):
@@ -324,6 +330,12 @@ class Runtime:
                     kwargs={"application_name": "awa-handler"},
                 )
         with self._sync_pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def sync_transaction(self) -> Iterator[Any]:
+        """The default transaction of sync transactional handlers: psycopg, from the pool."""
+        with self.sync_connection() as conn, conn.transaction():
             yield conn
 
     async def wait_idle(self, poll: float = 0.05) -> None:

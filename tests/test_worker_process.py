@@ -1,0 +1,352 @@
+"""The worker as a real process: CLI, SIGTERM drain, SIGKILL recovery, poison crash, two workers, leader failover.
+
+Scenarios R5 (across processes), R10, R13, R15, R20, R21 and R29 of
+RELIABILITY.md, plus two regressions (a row lock stalling every heartbeat;
+a runtime failure on the last attempt wedging the queue), run against
+``python -m awa_bridge worker tests.worker_app:client`` subprocesses with
+short timings (heartbeat 50 ms, staleness 250 ms, rescue every 100 ms). Real
+signals, a real PostgreSQL, and a ledger table written by the handlers;
+every wait polls the database.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_bridge
+
+from .procs import Probe, Workers, create_ledger, scaled, unique_queue, wait_for, workers_fixture
+
+STALENESS = 0.25
+RESCUE_INTERVAL = 0.1
+ELECTION_INTERVAL = 0.2
+
+
+@pytest.fixture
+def app_db(db_url: str) -> str:
+    create_ledger(db_url)
+    return db_url
+
+
+@pytest.fixture
+def probe(app_db: str) -> Iterator[Probe]:
+    probe = Probe(app_db)
+    yield probe
+    probe.close()
+
+
+@pytest.fixture
+def workers(app_db: str) -> Iterator[Workers]:
+    yield from workers_fixture(app_db)
+
+
+def enqueue(url: str, kind: str, queue: str, count: int = 1, **opts: Any) -> list[int]:
+    """Insert ``count`` jobs of one kind in one transaction; their ids."""
+    with psycopg.connect(url) as conn:
+        ids = [awa_bridge.insert_job_sync(conn, {"n": i}, kind=kind, queue=queue, **opts).id for i in range(count)]
+        conn.commit()
+    return ids
+
+
+def job(probe: Probe, job_id: int) -> dict[str, Any]:
+    cur = probe._connection().execute(
+        "SELECT state::text AS state, attempt, run_lease, heartbeat_at, attempted_at, run_at, "
+        "cardinality(errors) AS n_errors, errors[1] AS first_error FROM awa.jobs WHERE id = %s",
+        (job_id,),
+    )
+    names = [c.name for c in cur.description or []]
+    row = cur.fetchone()
+    assert row is not None, f"job {job_id} is gone"
+    return dict(zip(names, row, strict=True))
+
+
+def ledger(probe: Probe, job_id: int) -> list[tuple[int, int, str]]:
+    """(attempt, run_lease, worker) per execution, in order."""
+    return [
+        (a, lease, w)
+        for a, lease, w in probe.rows(
+            "SELECT attempt, run_lease, worker FROM t_ledger WHERE job_id = %s ORDER BY at, attempt", (job_id,)
+        )
+    ]
+
+
+def count_in(probe: Probe, ids: list[int], state: str) -> int:
+    return int(probe.value("SELECT count(*) FROM awa.jobs WHERE id = ANY(%s) AND state::text = %s", (ids, state)))
+
+
+def running_with_heartbeat(probe: Probe, job_id: int) -> bool:
+    row = job(probe, job_id)
+    return row["state"] == "running" and row["heartbeat_at"] is not None and bool(ledger(probe, job_id))
+
+
+# -- E. shutdown -------------------------------------------------------------------
+
+
+def test_cli_worker_completes_jobs_and_drains_in_flight_work_on_sigterm(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """R20: stop claiming at SIGTERM, keep heartbeating the 3 running jobs, finish them, exit 0."""
+    queue = unique_queue()
+    worker = workers.start(f"{queue}:3", env={"AWA_SLOW_SECONDS": "2"}).wait_started()
+    assert worker.logged(f"queues {queue} (3 workers)")
+
+    first = enqueue(app_db, "ledger", queue, 2)
+    wait_for(lambda: count_in(probe, first, "completed") == 2, 10, "the first jobs to complete")
+
+    slow = enqueue(app_db, "slow", queue, 3)
+    wait_for(lambda: count_in(probe, slow, "running") == 3, 10, "3 slow jobs running")
+    # Every slot is busy: these wait (their NOTIFY wakes a producer with no free slot).
+    waiting = enqueue(app_db, "ledger", queue, 3)
+    signal_at = probe.now()
+    worker.signal(signal.SIGTERM)
+
+    beats: set[Any] = set()
+
+    def exited() -> bool:
+        rows = probe.rows("SELECT heartbeat_at FROM awa.jobs WHERE id = ANY(%s) AND state = 'running'", (slow,))
+        beats.update(r[0] for r in rows if r[0] is not None and r[0] > signal_at)
+        return not worker.alive()
+
+    wait_for(exited, 10, "the worker to drain and exit", interval=0.02)
+    assert worker.wait(5) == 0
+    assert worker.logged("received SIGTERM: shutting down gracefully")
+    assert worker.logged("draining 3 running job(s)")
+    assert worker.logged("worker stopped")
+
+    assert count_in(probe, slow, "completed") == 3
+    assert sorted(a for a, _, _ in (e for i in slow for e in ledger(probe, i))) == [1, 1, 1]
+    # Heartbeats kept advancing while the drain ran.
+    assert len(beats) >= 3, beats
+    # No claim after stop-claim: the queued jobs were never touched.
+    assert count_in(probe, waiting, "available") == 3
+    assert probe.value("SELECT max(attempt) FROM awa.jobs WHERE id = ANY(%s)", (waiting,)) == 0
+    last_claim = probe.value("SELECT max(attempted_at) FROM awa.jobs WHERE queue = %s", (queue,))
+    assert last_claim < signal_at
+
+
+def test_drain_timeout_releases_the_unfinished_job_for_another_worker(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """R21: a handler longer than the drain timeout is released (attempt given back) and the process exits 0."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a", env={"AWA_DRAIN_TIMEOUT": "0.5"}).wait_started()
+    [job_id] = enqueue(app_db, "hang", queue)
+    wait_for(lambda: running_with_heartbeat(probe, job_id), 10, "the hang job to run")
+
+    started = time.monotonic()
+    a.signal(signal.SIGTERM)
+    assert a.wait(10) == 0
+    assert time.monotonic() - started < scaled(0.5 + 4), "the worker overstayed its drain timeout"
+    assert a.logged("released 1 unfinished job(s)")
+    row = job(probe, job_id)
+    assert (row["state"], row["attempt"], row["run_lease"], row["n_errors"]) == ("available", 0, 1, 0)
+
+    workers.start(queue, name="b", env={"AWA_HANG_UNTIL_ATTEMPT": "1"}).wait_started()
+    wait_for(lambda: job(probe, job_id)["state"] == "completed", 10, "worker b to run the released job")
+    row = job(probe, job_id)
+    assert (row["attempt"], row["run_lease"], row["n_errors"]) == (1, 2, 0)
+    assert ledger(probe, job_id) == [(1, 1, "a"), (1, 2, "b")]
+
+
+# -- C. crash recovery --------------------------------------------------------------
+
+
+def test_sigkill_mid_job_is_rescued_and_finished_by_another_worker(app_db: str, probe: Probe, workers: Workers) -> None:
+    """R10, real timing: the killed attempt's heartbeat goes stale, the survivor rescues and runs attempt 2."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a").wait_started()
+    [job_id] = enqueue(app_db, "hang", queue)
+    wait_for(lambda: running_with_heartbeat(probe, job_id), 10, "the hang job to run on a")
+    workers.start(queue, name="b").wait_started()
+
+    killed_at = probe.now()
+    a.kill()
+    wait_for(lambda: job(probe, job_id)["state"] == "completed", 15, "the job to be rescued and completed")
+
+    row = job(probe, job_id)
+    assert (row["attempt"], row["run_lease"], row["n_errors"]) == (2, 2, 1)
+    error = row["first_error"]
+    assert error["type"] == "HeartbeatStale" and "heartbeat stale" in error["error"], error
+    assert ledger(probe, job_id) == [(1, 1, "a"), (2, 2, "b")]
+    rescued_after = probe.value(
+        "SELECT (%s::jsonb->>'at')::timestamptz - %s", (psycopg.types.json.Jsonb(error), killed_at)
+    )
+    # b must first win the leader lock (one election interval), then the heartbeat must go stale.
+    bound = timedelta(seconds=STALENESS + RESCUE_INTERVAL + ELECTION_INTERVAL + scaled(1.5))
+    assert rescued_after <= bound, f"rescued {rescued_after} after the kill (bound {bound})"
+
+
+def test_kill_between_handler_return_and_completion_flush(app_db: str, probe: Probe, workers: Workers) -> None:
+    """R13: the handler returned and its ledger row committed, but the batched completion never flushed."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a", env={"AWA_COMPLETION_FLUSH": "3"}).wait_started()
+    [job_id] = enqueue(app_db, "ledger", queue)
+    wait_for(lambda: ledger(probe, job_id), 10, "the handler's ledger row")
+    assert job(probe, job_id)["state"] == "running", "the completion was flushed before the kill"
+    a.kill()
+
+    workers.start(queue, name="b").wait_started()
+    wait_for(lambda: job(probe, job_id)["state"] == "completed", 15, "the job to be rescued and re-run")
+    row = job(probe, job_id)
+    assert (row["attempt"], row["run_lease"], row["n_errors"]) == (2, 2, 1)
+    assert row["first_error"]["type"] == "HeartbeatStale"
+    assert ledger(probe, job_id) == [(1, 1, "a"), (2, 2, "b")]
+
+
+def test_poison_crash_job_fails_after_max_attempts_while_other_jobs_complete(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """R15: a handler that kills its process on every attempt is bounded by rescue spending attempts."""
+    queue = unique_queue()
+    [poison] = enqueue(app_db, "crash", queue, max_attempts=3)
+    others = enqueue(app_db, "ledger", queue, 10)
+    crashed: list[int | None] = []
+    current = [workers.start(f"{queue}:2", name="w0")]
+
+    def supervise() -> bool:
+        if not current[0].alive():
+            crashed.append(current[0].returncode)
+            current[0] = workers.start(f"{queue}:2", name=f"w{len(crashed)}")
+        return job(probe, poison)["state"] == "failed" and count_in(probe, others, "completed") == len(others)
+
+    wait_for(supervise, 60, "the poison job to fail and the others to complete", interval=0.05)
+    assert crashed == [1, 1, 1]
+
+    # Watch a while longer (enough for several rescue ticks): no further attempt, no further crash.
+    more = enqueue(app_db, "ledger", queue, 3)
+    wait_for(
+        lambda: (
+            supervise()
+            and count_in(probe, more, "completed") == 3
+            and probe.value(
+                "SELECT now() - finalized_at > %s FROM awa.jobs WHERE id = %s",
+                (timedelta(seconds=STALENESS + 5 * RESCUE_INTERVAL), poison),
+            )
+        ),
+        15,
+        "an observation window after the failure",
+    )
+    assert crashed == [1, 1, 1] and current[0].alive()
+    row = job(probe, poison)
+    assert (row["state"], row["attempt"], row["n_errors"]) == ("failed", 3, 3)
+    kinds = probe.value(
+        "SELECT array_agg(e->>'type' ORDER BY (e->>'attempt')::int) FROM awa.jobs, unnest(errors) AS e WHERE id = %s",
+        (poison,),
+    )
+    assert kinds == ["HeartbeatStale"] * 3
+    assert [a for a, _, _ in ledger(probe, poison)] == [1, 2, 3]
+
+
+def test_a_locked_job_row_does_not_stall_the_heartbeats_of_the_others(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """One held row stays locked (a finalization, a rescue or an operator's transaction) for 4 staleness windows.
+
+    Regression: the heartbeat was one batched UPDATE that waited for that lock,
+    so every other job of the batch went stale and was rescued while running
+    (and it deadlocked with the worker's own batched completion).
+    """
+    queue = unique_queue()
+    workers.start(f"{queue}:2", name="w").wait_started()
+    locked, other = enqueue(app_db, "hang", queue, 2)
+    wait_for(lambda: all(running_with_heartbeat(probe, i) for i in (locked, other)), 10, "both jobs to run")
+    beats: set[Any] = set()
+    with psycopg.connect(app_db, application_name="test-locker") as locker:
+        locker.execute("SELECT 1 FROM awa.jobs WHERE id = %s FOR UPDATE", (locked,))
+        locked_at = probe.now()
+
+        def watched() -> bool:
+            row = job(probe, other)
+            assert (row["state"], row["attempt"], row["n_errors"]) == ("running", 1, 0), row
+            beats.add(row["heartbeat_at"])
+            return bool(
+                probe.value("SELECT clock_timestamp() - %s > %s", (locked_at, timedelta(seconds=4 * STALENESS)))
+            )
+
+        wait_for(watched, 10, "four staleness windows under the lock")
+        assert len(beats) >= 5, f"the other job's heartbeat advanced only {len(beats)} times"
+        locker.rollback()
+
+
+def test_connection_lost_on_the_last_attempt_fails_the_job_and_not_the_queue(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """A transactional handler whose connection dies is retried only while attempts remain.
+
+    Regression: the runtime-failure path made the job retryable even on its
+    last attempt; the next claim then pushed attempt past max_attempts, the
+    CHECK on attempt failed, and every later claim on the queue failed with it.
+    """
+    queue = unique_queue()
+    worker = workers.start(queue, name="w").wait_started()
+    [lost] = enqueue(app_db, "tx_lost_connection", queue, max_attempts=2)
+    wait_for(lambda: job(probe, lost)["state"] in ("failed", "completed"), 15, "the job to be exhausted")
+    row = job(probe, lost)
+    assert (row["state"], row["attempt"], row["n_errors"]) == ("failed", 2, 2)
+    assert row["first_error"]["type"] == "AdminShutdown"
+    assert [a for a, _, _ in ledger(probe, lost)] == [1, 2]
+
+    [after] = enqueue(app_db, "ledger", queue)
+    wait_for(lambda: job(probe, after)["state"] == "completed", 10, "the queue to keep working")
+    assert not worker.logged("violates check constraint")
+
+
+# -- B. claims across processes ---------------------------------------------------------
+
+
+def test_two_worker_processes_run_every_job_exactly_once(app_db: str, probe: Probe, workers: Workers) -> None:
+    """R5 across processes: 1000 jobs, two workers, no faults: 1000 ledger rows, distinct jobs, attempt 1."""
+    queue = unique_queue()
+    w0 = workers.start(f"{queue}:4", name="w0")
+    w1 = workers.start(f"{queue}:4", name="w1")
+    w0.wait_started()
+    w1.wait_started()
+    with psycopg.connect(app_db) as conn:
+        awa_bridge.insert_many_sync(conn, [{"n": i} for i in range(1000)], kind="ledger", queue=queue)
+        conn.commit()
+    wait_for(lambda: probe.states(queue).get("completed") == 1000, 90, "1000 completions", interval=0.2)
+
+    assert probe.states(queue) == {"completed": 1000}
+    total, distinct, first_attempts, per_worker = probe.rows(
+        "SELECT count(*), count(DISTINCT job_id), count(*) FILTER (WHERE attempt = 1), "
+        "count(DISTINCT worker) FROM t_ledger"
+    )[0]
+    assert (total, distinct, first_attempts) == (1000, 1000, 1000)
+    assert per_worker == 2, "both workers should have taken part"
+    assert (
+        probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND (attempt, run_lease) <> (1, 1)", (queue,)) == 0
+    )
+
+
+# -- H. maintenance leader ---------------------------------------------------------------
+
+
+def test_leader_failover_still_promotes_scheduled_jobs(app_db: str, probe: Probe, workers: Workers) -> None:
+    """R29 (other process takes over): kill the leader; the survivor wins the lock and promotes due jobs."""
+    queue = unique_queue()
+    w0 = workers.start(queue, name="w0").wait_started()
+    w1 = workers.start(queue, name="w1").wait_started()
+    leader = wait_for(
+        lambda: next((w for w in (w0, w1) if w.logged("became the maintenance leader")), None), 10, "a leader"
+    )
+    survivor = w1 if leader is w0 else w0
+    assert not survivor.logged("became the maintenance leader")
+
+    leader.kill()
+    killed = time.monotonic()
+    [job_id] = enqueue(app_db, "ledger", queue, run_at=probe.now() + timedelta(seconds=1))
+    assert job(probe, job_id)["state"] == "scheduled"
+    survivor.wait_log("became the maintenance leader", timeout=5 * ELECTION_INTERVAL + 2)
+    took_over = time.monotonic() - killed
+    wait_for(lambda: job(probe, job_id)["state"] == "completed", 10, "the scheduled job to be promoted and run")
+    row = job(probe, job_id)
+    assert row["attempt"] == 1 and row["attempted_at"] >= row["run_at"]
+    assert ledger(probe, job_id) == [(1, 1, survivor.name)]
+    print(f"survivor became leader {took_over:.2f} s after the kill")

@@ -1,0 +1,161 @@
+"""The worker application the subprocess and chaos tests run.
+
+    DATABASE_URL=... python -m awa_bridge worker tests.worker_app:client --queue NAME[:N]
+
+Job kinds ("roles"); every execution records one row in
+``t_ledger(job_id, attempt, run_lease, worker, at)``, committed on its own
+connection before the handler goes on:
+
+- ``ledger``: record and return.
+- ``hang``: record, then wait until ``job.cancelled`` (deadline or drain
+  timeout) while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` (default 2);
+  from that attempt on it records and completes, so a successor can finish
+  what a killed worker left.
+- ``slow`` (async): sleep ``AWA_SLOW_SECONDS`` (default 1), then record.
+- ``crash``: record, then ``os._exit(1)``: the process dies mid-attempt.
+- ``tx_effect`` (sync) and ``tx_effect_async``: transactional; insert one row
+  into ``t_effects(job_id)`` through ``job.conn``, then sleep a random
+  0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
+- ``tx_lost_connection``: transactional (sync); records, then its transaction's
+  backend is terminated under it, as in a failover.
+
+Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
+to the short values of RELIABILITY.md's scenario conventions. Ledger
+connections are named ``ledger-<worker>`` so that tests terminating the
+worker's own backends (``awa-%``) leave them alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from awa_bridge.worker import Client
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+DATABASE_URL = os.environ["DATABASE_URL"]
+WORKER = os.environ.get("AWA_WORKER_NAME") or f"pid-{os.getpid()}"
+SLOW_SECONDS = _env_float("AWA_SLOW_SECONDS", 1.0)
+HANG_UNTIL_ATTEMPT = int(os.environ.get("AWA_HANG_UNTIL_ATTEMPT") or 2)
+TX_MAX_SLEEP = _env_float("AWA_TX_MAX_SLEEP", 0.02)
+APPLICATION_NAME = f"ledger-{WORKER}"[:63]
+
+client = Client(
+    DATABASE_URL,
+    heartbeat_interval=_env_float("AWA_HEARTBEAT_INTERVAL", 0.05),
+    heartbeat_staleness=_env_float("AWA_HEARTBEAT_STALENESS", 0.25),
+    rescue_interval=_env_float("AWA_RESCUE_INTERVAL", 0.1),
+    promote_interval=_env_float("AWA_PROMOTE_INTERVAL", 0.05),
+    leader_election_interval=_env_float("AWA_LEADER_ELECTION_INTERVAL", 0.2),
+    drain_timeout=_env_float("AWA_DRAIN_TIMEOUT", 5.0),
+    completion_flush=_env_float("AWA_COMPLETION_FLUSH", 0.002),
+)
+
+LEDGER_SQL = "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES (%s, %s, %s, %s)"
+
+# -- the ledger, from worker threads (psycopg) and the event loop (asyncpg) -----
+
+_local = threading.local()
+
+
+def record(job: Any) -> None:
+    """Commit one ledger row for this execution (one reconnect if the server dropped us)."""
+    for retry in (False, True):
+        conn = getattr(_local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = _local.conn = psycopg.connect(DATABASE_URL, autocommit=True, application_name=APPLICATION_NAME)
+        try:
+            conn.execute(LEDGER_SQL, (job.id, job.attempt, job.run_lease, WORKER))
+            return
+        except psycopg.OperationalError:
+            if retry:
+                raise
+
+
+_async_conn: Any = None
+_async_lock: asyncio.Lock | None = None
+
+
+async def record_async(job: Any) -> None:
+    import asyncpg
+
+    global _async_conn, _async_lock
+    if _async_lock is None:
+        _async_lock = asyncio.Lock()
+    async with _async_lock:
+        for retry in (False, True):
+            if _async_conn is None or _async_conn.is_closed():
+                _async_conn = await asyncpg.connect(
+                    DATABASE_URL, server_settings={"application_name": APPLICATION_NAME}
+                )
+            try:
+                await _async_conn.execute(
+                    "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES ($1, $2, $3, $4)",
+                    job.id,
+                    job.attempt,
+                    job.run_lease,
+                    WORKER,
+                )
+                return
+            except Exception:
+                if retry or not _async_conn.is_closed():
+                    raise
+                _async_conn = None
+
+
+# -- roles ---------------------------------------------------------------------
+
+
+@client.task("ledger")
+def ledger(job: Any) -> None:
+    record(job)
+
+
+@client.task("hang")
+def hang(job: Any) -> None:
+    record(job)
+    if job.attempt >= HANG_UNTIL_ATTEMPT:
+        return
+    while not job.cancelled:
+        time.sleep(0.01)
+
+
+@client.task("slow")
+async def slow(job: Any) -> None:
+    await asyncio.sleep(SLOW_SECONDS)
+    await record_async(job)
+
+
+@client.task("crash")
+def crash(job: Any) -> None:
+    record(job)
+    os._exit(1)
+
+
+@client.task("tx_effect", transactional=True)
+def tx_effect(job: Any) -> None:
+    job.conn.execute("INSERT INTO t_effects (job_id) VALUES (%s)", (job.id,))
+    time.sleep(random.uniform(0, TX_MAX_SLEEP))
+
+
+@client.task("tx_effect_async", transactional=True)
+async def tx_effect_async(job: Any) -> None:
+    await job.conn.execute("INSERT INTO t_effects (job_id) VALUES ($1)", job.id)
+    await asyncio.sleep(random.uniform(0, TX_MAX_SLEEP))
+
+
+@client.task("tx_lost_connection", transactional=True)
+def tx_lost_connection(job: Any) -> None:
+    record(job)
+    job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
