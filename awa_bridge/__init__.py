@@ -6,6 +6,15 @@ rows. No framework is imported until a connection of that framework is used.
 """
 
 from .args import canonical_json, derive_kind
+from .callbacks import (
+    WaitForCallback,
+    complete_external,
+    complete_external_async,
+    fail_external,
+    fail_external_async,
+    retry_external,
+    retry_external_async,
+)
 from .enqueue import (
     PreparedJob,
     insert_job,
@@ -17,6 +26,8 @@ from .enqueue import (
 )
 from .errors import (
     AwaError,
+    CallbackNotFound,
+    CallbackNotWaiting,
     DatabaseError,
     ForeignSchema,
     InvalidState,
@@ -38,6 +49,8 @@ from .unique import UniqueOpts, unique_key
 
 __all__ = [
     "AwaError",
+    "CallbackNotFound",
+    "CallbackNotWaiting",
     "DatabaseError",
     "ForeignSchema",
     "InsertManyResult",
@@ -57,14 +70,21 @@ __all__ = [
     "UniqueOpts",
     "UnsupportedConnection",
     "ValidationError",
+    "WaitForCallback",
     "canonical_json",
+    "complete_external",
+    "complete_external_async",
     "derive_kind",
+    "fail_external",
+    "fail_external_async",
     "insert_job",
     "insert_job_sync",
     "insert_many",
     "insert_many_sync",
     "migrate",
     "prepare_job",
+    "retry_external",
+    "retry_external_async",
     "row_to_job",
     "unique_key",
 ]

@@ -93,6 +93,30 @@ class InvalidState(AwaError):
         )
 
 
+class CallbackNotFound(AwaError, LookupError):
+    """No job holds this callback id (never registered, or replaced by a later attempt's)."""
+
+    def __init__(self, callback_id: str, message: str | None = None) -> None:
+        self.callback_id = callback_id
+        super().__init__(message or f"no job is waiting on callback {callback_id}")
+
+
+class CallbackNotWaiting(CallbackNotFound):
+    """The callback's job no longer awaits it: already resolved, or the wait timed out.
+
+    ``job_id`` and ``state`` say where the job is now; nothing was changed.
+    """
+
+    def __init__(self, callback_id: str, job_id: int, state: str, timed_out: bool) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.timed_out = timed_out
+        why = "its wait timed out" if timed_out else "it was already resolved"
+        super().__init__(
+            callback_id, f"callback {callback_id} of job {job_id} can no longer be resolved: {why} (the job is {state})"
+        )
+
+
 class ReceiptConflict(AwaError):
     """An operation key was already recorded with a different payload.
 

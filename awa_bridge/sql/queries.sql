@@ -724,3 +724,102 @@ UNION
 SELECT queue FROM awa.queue_meta
 ORDER BY 1
 LIMIT %(limit)s
+
+-- ---------------------------------------------------------------------------
+-- External callbacks. A handler registers a callback (fenced by run_lease)
+-- before it hands the id out, then parks the job in waiting_external. Any
+-- process resolves it by id. Like the admin operations, each resolution is
+-- one statement: `target` locks the job holding the id, `changed` applies
+-- the resolution only while the job still awaits it (waiting_external, or
+-- running when the resolution beats the handler's own return) and the wait
+-- has not expired, and the final SELECT reports what was found.
+-- ---------------------------------------------------------------------------
+
+-- name: register_callback
+UPDATE awa.jobs
+SET callback_id = CAST(%(callback_id)s AS uuid),
+    callback_timeout_at = now() + make_interval(secs => %(timeout_seconds)s)
+WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+RETURNING id
+
+-- name: complete_external
+WITH target AS (
+    SELECT id, state, callback_timeout_at < now() AS expired
+    FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
+    FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        callback_timeout_at = NULL,
+        metadata = j.metadata || jsonb_build_object('callback_result', CAST(%(payload)s AS jsonb))
+    FROM target
+    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
+)
+SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: fail_external
+WITH target AS (
+    SELECT id, state, callback_timeout_at < now() AS expired
+    FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
+    FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'failed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        callback_timeout_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', CAST(%(error)s AS text), 'type', 'CallbackFailed', 'attempt', j.attempt, 'at', now()))
+    FROM target
+    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
+)
+SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: retry_external
+-- Runs the job again at once; the attempt that waited is spent, so with no
+-- attempts left the job fails instead.
+WITH target AS (
+    SELECT id, state, callback_timeout_at < now() AS expired
+    FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
+    FOR UPDATE
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'available' END::awa.job_state,
+        finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+        run_at = now(), heartbeat_at = NULL, deadline_at = NULL, callback_timeout_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', 'retry requested through the callback', 'type', 'CallbackRetry',
+            'attempt', j.attempt, 'at', now()))
+    FROM target
+    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM changed WHERE state = 'available'
+)
+SELECT target.id AS target_id, target.state::text AS prior_state, target.expired,
+       (SELECT count(*) FROM notified) AS notified, changed.*
+FROM target LEFT JOIN changed ON true
+
+-- name: rescue_callback_timeouts
+-- Waits past their timeout: the attempt is spent (retryable, or failed when exhausted).
+WITH expired AS (
+    SELECT id
+    FROM awa.jobs
+    WHERE state = 'waiting_external' AND callback_timeout_at < now()
+    ORDER BY callback_timeout_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.jobs AS j
+SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
+    run_at = now(),
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    errors = array_append(j.errors, jsonb_build_object(
+        'error', format('callback %%s timed out (attempt %%s)', j.callback_id, j.attempt),
+        'type', 'CallbackTimeout', 'attempt', j.attempt, 'at', now())),
+    callback_timeout_at = NULL
+FROM expired
+WHERE j.id = expired.id AND j.state = 'waiting_external'
+RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt

@@ -1,5 +1,6 @@
 """The pure-Python worker runtime."""
 
+from ..callbacks import WaitForCallback
 from .client import Client
 from .config import QueueConfig, WorkerConfig
 from .context import JobContext
@@ -13,6 +14,7 @@ __all__ = [
     "RetryAfter",
     "Snooze",
     "TerminalError",
+    "WaitForCallback",
     "WorkerConfig",
     "backoff_seconds",
 ]

@@ -60,6 +60,7 @@ class JobContext:
     _progress_dirty: bool = field(default=False, repr=False)
     _metadata_patch: dict[str, Any] = field(default_factory=dict, repr=False)
     _task: Any = field(default=None, repr=False)
+    callback_id: str | None = field(default=None, repr=False)
 
     # -- cancellation ------------------------------------------------------
 
@@ -107,9 +108,27 @@ class JobContext:
         handler (a worker thread) it runs at once and returns None. Raises
         ``StaleAttempt`` when this attempt was superseded (rescued, cancelled).
         """
+        return self._on_worker_loop(lambda runtime: runtime.flush_progress(self))
+
+    def register_callback(self, timeout: float) -> Any:
+        """Create a callback id for this attempt, valid for ``timeout`` seconds; return it.
+
+        The id is written to the job (fenced by run_lease) before it is
+        returned, so an answer can never arrive for an id the database does not
+        know. Return ``WaitForCallback(id)`` to park the job until
+        ``complete_external`` / ``fail_external`` / ``retry_external``. From an
+        async handler ``await`` it; from a sync handler it returns the id.
+        """
+        from ..callbacks import check_timeout
+
+        seconds = check_timeout(timeout)
+        return self._on_worker_loop(lambda runtime: runtime.register_callback(self, seconds))
+
+    def _on_worker_loop(self, make: Any) -> Any:
+        """Run a runtime coroutine: awaitable on the worker's loop, blocking from a handler thread."""
         if self._runtime is None:
             raise RuntimeError("this job is not attached to a running worker")
-        coro = self._runtime.flush_progress(self)
+        coro = make(self._runtime)
         loop = self._runtime.loop
         try:
             running = asyncio.get_running_loop()
@@ -117,8 +136,7 @@ class JobContext:
             running = None
         if running is loop:
             return coro
-        asyncio.run_coroutine_threadsafe(coro, loop).result()
-        return None
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def _raise_if_stale(self, updated: bool) -> None:
         if not updated:

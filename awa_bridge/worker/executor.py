@@ -60,7 +60,20 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
         raise
     except Exception as exc:
         return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-    return outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+    return outcome_for(ctx, result)
+
+
+def outcome_for(ctx: JobContext, result: Any) -> Outcome:
+    """Map a handler's return value; a wait must name a callback this attempt registered."""
+    outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+    if outcome.state == "waiting_external" and (ctx.callback_id is None or outcome.callback_id != ctx.callback_id):
+        return failed_at_once(
+            ctx,
+            f"the handler returned WaitForCallback({outcome.callback_id!r}) but this attempt registered "
+            f"{'no callback' if ctx.callback_id is None else 'callback ' + ctx.callback_id}: "
+            "call job.register_callback(timeout) first and return its id",
+        )
+    return outcome
 
 
 DEADLINE_MESSAGE = "deadline exceeded: the attempt ran longer than its queue's deadline"
@@ -143,7 +156,7 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
                     result = await _invoke(runtime, handler, ctx)
                 finally:
                     ctx.conn = None
-                outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+                outcome = outcome_for(ctx, result)
                 if not await finalize_one(conn, ctx, outcome):
                     raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
         except StaleAttempt:
@@ -176,7 +189,7 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
                 result = handler.fn(ctx)
             finally:
                 ctx.conn = None
-            outcome = outcome_of_result(result, ctx.attempt, ctx.max_attempts)
+            outcome = outcome_for(ctx, result)
             if outcome.state == "completed":
                 query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
             else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..callbacks import WaitForCallback
 from ..errors import AwaError
 
 MAX_BACKOFF_SECONDS = 24 * 3600.0
@@ -67,6 +68,7 @@ class Outcome:
     error: dict[str, Any] | None = None
     refund: bool = False  # give the attempt back (snooze)
     label: str = field(default="completed")  # for logs and hooks
+    callback_id: str | None = None  # waiting_external: the callback the job parks on
 
 
 def error_record(exc: BaseException | None, attempt: int, message: str | None = None) -> dict[str, Any]:
@@ -90,6 +92,8 @@ def outcome_of_result(result: Any, attempt: int, max_attempts: int) -> Outcome:
     """Map a handler's return value."""
     if isinstance(result, (RetryAfter, Snooze, Cancel)):
         return outcome_of_exception(result, attempt, max_attempts)
+    if isinstance(result, WaitForCallback):
+        return Outcome("waiting_external", label="waiting", callback_id=result.callback_id)
     return Outcome("completed")
 
 

@@ -315,6 +315,18 @@ class Runtime:
                 )
         return self._tx_pool
 
+    async def register_callback(self, ctx: JobContext, timeout: float) -> str:
+        import uuid
+
+        callback_id = str(uuid.uuid4())
+        query = QUERIES["register_callback"]
+        params = {"callback_id": callback_id, "timeout_seconds": timeout, "id": ctx.id, "lease": ctx.run_lease}
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow(query.numeric, *query.positional(params))
+        ctx._raise_if_stale(row is not None)
+        ctx.callback_id = callback_id
+        return callback_id
+
     @contextlib.contextmanager
     def sync_connection(self) -> Iterator[Any]:
         """A psycopg connection for sync transactional handlers (pooled)."""

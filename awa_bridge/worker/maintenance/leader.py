@@ -20,7 +20,7 @@ from ..config import WorkerConfig
 from .cleanup import delete_finished
 from .cron import fire_due_schedules
 from .promote import promote_due
-from .rescue import rescue_expired_deadlines, rescue_stale_heartbeats
+from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -74,6 +74,7 @@ class Maintenance:
             if now >= next_rescue:
                 rescued = await rescue_stale_heartbeats(conn, cfg.heartbeat_staleness)
                 rescued += await rescue_expired_deadlines(conn)
+                rescued += await rescue_callback_timeouts(conn)
                 if rescued:
                     for row in rescued:
                         log.warning(

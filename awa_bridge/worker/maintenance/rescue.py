@@ -21,3 +21,9 @@ async def rescue_stale_heartbeats(conn: Any, staleness: float, limit: int = MAIN
 async def rescue_expired_deadlines(conn: Any, limit: int = MAINTENANCE_BATCH) -> list[Any]:
     query = QUERIES["rescue_expired_deadlines"]
     return list(await conn.fetch(query.numeric, *query.positional({"limit": limit})))
+
+
+async def rescue_callback_timeouts(conn: Any, limit: int = MAINTENANCE_BATCH) -> list[Any]:
+    """Jobs whose external callback did not arrive in time."""
+    query = QUERIES["rescue_callback_timeouts"]
+    return list(await conn.fetch(query.numeric, *query.positional({"limit": limit})))
