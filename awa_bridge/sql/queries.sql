@@ -823,3 +823,31 @@ SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable'
 FROM expired
 WHERE j.id = expired.id AND j.state = 'waiting_external'
 RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt
+
+-- ---------------------------------------------------------------------------
+-- Priority aging: a job available for longer than the queue's aging interval
+-- gains one priority level per interval waited (never above 1), so a steady
+-- stream of urgent work cannot starve the rest. The original priority is kept
+-- in metadata (_awa_original_priority, as Awa does) so aging stays a function
+-- of the wait, however often it runs. Rows being claimed are skipped.
+-- ---------------------------------------------------------------------------
+
+-- name: age_priorities
+WITH aged AS (
+    SELECT id,
+           COALESCE(CAST(metadata->>'_awa_original_priority' AS smallint), priority) AS original,
+           GREATEST(1, COALESCE(CAST(metadata->>'_awa_original_priority' AS smallint), priority)
+                       - floor(EXTRACT(EPOCH FROM now() - run_at) / CAST(%(aging_seconds)s AS float8)))::smallint AS effective
+    FROM awa.jobs
+    WHERE queue = %(queue)s AND state = 'available' AND priority > 1
+      AND run_at <= now() - make_interval(secs => CAST(%(aging_seconds)s AS float8))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.jobs AS j
+SET priority = aged.effective,
+    metadata = CASE WHEN j.metadata ? '_awa_original_priority' THEN j.metadata
+                    ELSE j.metadata || jsonb_build_object('_awa_original_priority', aged.original) END
+FROM aged
+WHERE j.id = aged.id AND j.state = 'available' AND aged.effective < j.priority
+RETURNING j.id

@@ -13,6 +13,7 @@ from ..errors import ValidationError
 DEFAULT_MAX_WORKERS = 10
 DEFAULT_DEADLINE_SECONDS = 300.0
 DEFAULT_POLL_INTERVAL_SECONDS = 1.0
+DEFAULT_PRIORITY_AGING_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 30.0
 DEFAULT_HEARTBEAT_STALENESS_SECONDS = 90.0
 DEFAULT_RESCUE_INTERVAL_SECONDS = 30.0
@@ -28,6 +29,11 @@ DEFAULT_COMPLETION_FLUSH_SECONDS = 0.002
 MAINTENANCE_BATCH = 1000
 
 
+def _count(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(name, f"must be an integer >= {minimum}, got {value!r}")
+
+
 def _positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ValidationError(name, f"must be a positive number of seconds, got {value!r}")
@@ -35,20 +41,63 @@ def _positive(name: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """One queue this worker runs."""
+    """One queue this worker runs.
+
+    ``max_rate`` (jobs per second) and ``burst`` rate-limit this worker's
+    claims on the queue (a token bucket per worker process). ``min_workers``
+    and ``weight`` apply when the worker has a global limit
+    (``WorkerConfig.global_max_workers``): the queue is guaranteed
+    ``min_workers`` slots and shares the rest by ``weight``. A job waiting
+    longer than ``priority_aging`` seconds gains one priority level per
+    interval (never above 1); 0 disables aging.
+    """
 
     name: str
     max_workers: int = DEFAULT_MAX_WORKERS
     deadline: float = DEFAULT_DEADLINE_SECONDS
     poll_interval: float = DEFAULT_POLL_INTERVAL_SECONDS
+    max_rate: float | None = None
+    burst: int | None = None
+    min_workers: int = 0
+    weight: int = 1
+    priority_aging: float = DEFAULT_PRIORITY_AGING_SECONDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not 1 <= len(self.name) <= 200:
             raise ValidationError("queue", f"must be a name of 1 to 200 characters, got {self.name!r}")
-        if isinstance(self.max_workers, bool) or not isinstance(self.max_workers, int) or self.max_workers < 1:
-            raise ValidationError(f"queues[{self.name}].max_workers", f"must be >= 1, got {self.max_workers!r}")
-        _positive(f"queues[{self.name}].deadline", self.deadline)
-        _positive(f"queues[{self.name}].poll_interval", self.poll_interval)
+        prefix = f"queues[{self.name}]"
+        _count(f"{prefix}.max_workers", self.max_workers, minimum=1)
+        _positive(f"{prefix}.deadline", self.deadline)
+        _positive(f"{prefix}.poll_interval", self.poll_interval)
+        bad_rate = isinstance(self.max_rate, bool) or not isinstance(self.max_rate, (int, float)) or self.max_rate <= 0
+        if self.max_rate is not None and bad_rate:
+            raise ValidationError(
+                f"{prefix}.max_rate", f"must be a positive number of jobs per second, got {self.max_rate!r}"
+            )
+        if self.burst is not None:
+            if self.max_rate is None:
+                raise ValidationError(f"{prefix}.burst", "needs max_rate (burst is the rate limit's bucket size)")
+            _count(f"{prefix}.burst", self.burst, minimum=1)
+        _count(f"{prefix}.min_workers", self.min_workers, minimum=0)
+        if self.min_workers > self.max_workers:
+            raise ValidationError(
+                f"{prefix}.min_workers", f"is {self.min_workers}, more than max_workers ({self.max_workers})"
+            )
+        _count(f"{prefix}.weight", self.weight, minimum=1)
+        if (
+            isinstance(self.priority_aging, bool)
+            or not isinstance(self.priority_aging, (int, float))
+            or self.priority_aging < 0
+        ):
+            raise ValidationError(
+                f"{prefix}.priority_aging",
+                f"must be a number of seconds >= 0 (0 disables), got {self.priority_aging!r}",
+            )
+
+    @property
+    def bucket_size(self) -> int:
+        """The rate limit's burst: as given, else one second's worth (at least 1)."""
+        return self.burst if self.burst is not None else max(1, int(self.max_rate or 1))
 
     @classmethod
     def parse(cls, spec: str | tuple[str, int] | QueueConfig) -> QueueConfig:
@@ -82,6 +131,7 @@ class WorkerConfig:
     completion_batch: int = DEFAULT_COMPLETION_BATCH
     completion_flush: float = DEFAULT_COMPLETION_FLUSH_SECONDS
     maintenance: bool = True
+    global_max_workers: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,6 +153,8 @@ class WorkerConfig:
                 f"must be at least 3 x heartbeat_interval ({3 * self.heartbeat_interval} s), "
                 f"got {self.heartbeat_staleness} s: a live worker would be rescued",
             )
+        if self.global_max_workers is not None:
+            _count("global_max_workers", self.global_max_workers, minimum=1)
         for name in ("claim_batch", "completion_batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -15,10 +15,12 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ValidationError
 from ..sql import QUERIES
 from .aio import sleep_unless
 from .completer import Completer
@@ -29,8 +31,10 @@ from .heartbeat import HeartbeatThread
 from .hooks import Hooks
 from .listener import Listener
 from .maintenance import Maintenance
+from .maintenance.aging import age_priorities
 from .outcomes import Outcome, error_record
 from .registry import Registry
+from .scheduling import TokenBucket, weighted_allowance
 from .threads import DaemonThreadPool
 
 log = logging.getLogger("awa_bridge.worker")
@@ -43,10 +47,33 @@ class QueueState:
     running: int = 0
     backlog: bool = False  # the last claim filled its batch: more may be waiting
     claimed: int = 0
+    pending: int = 0  # slots held for a claim in flight (the global limit counts them)
+    bucket: TokenBucket | None = None
+    next_aging: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.config.max_rate is not None:
+            self.bucket = TokenBucket(self.config.max_rate, self.config.bucket_size)
 
     @property
     def free(self) -> int:
         return self.config.max_workers - self.running
+
+    @property
+    def occupied(self) -> int:
+        return self.running + self.pending
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def min_workers(self) -> int:
+        return self.config.min_workers
+
+    @property
+    def weight(self) -> int:
+        return self.config.weight
 
 
 class Runtime:
@@ -65,6 +92,12 @@ class Runtime:
         self.config = config
         self.hooks = hooks
         self.queues = {q.name: QueueState(q) for q in queues}
+        floors = sum(q.min_workers for q in queues)
+        if config.global_max_workers is not None and floors > config.global_max_workers:
+            raise ValidationError(
+                "global_max_workers",
+                f"is {config.global_max_workers}, less than the queues' min_workers together ({floors})",
+            )
         self.inflight: dict[int, JobContext] = {}
         self.inflight_lock = threading.Lock()
         self.stopping = asyncio.Event()
@@ -164,35 +197,56 @@ class Runtime:
 
     # -- producing -----------------------------------------------------------
 
+    def _allowance(self, state: QueueState) -> int:
+        """Slots this queue may fill now: its own limit, the global one, the claim batch."""
+        allowed = min(state.free, self.config.claim_batch)
+        if self.config.global_max_workers is not None:
+            allowed = min(allowed, weighted_allowance(state, self.queues.values(), self.config.global_max_workers))
+        return allowed
+
     async def _produce(self, state: QueueState) -> None:
         q = state.config
         query = QUERIES["claim_jobs"]
         failures = 0
         while self.claiming:
             state.wake.clear()
-            want = min(state.free, self.config.claim_batch)
+            wait = q.poll_interval * random.uniform(0.9, 1.1)  # jitter spreads the polls of many workers
+            want = self._allowance(state)
+            if want > 0 and state.bucket is not None:
+                tokens = state.bucket.available()
+                if tokens < 1:
+                    wait = min(wait, state.bucket.seconds_until_token())
+                want = min(want, tokens)
             if want > 0:
                 params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
+                state.pending = want
                 try:
                     async with self.pool.acquire() as conn:
+                        if q.priority_aging and time.monotonic() >= state.next_aging:
+                            await age_priorities(conn, q.name, q.priority_aging)
+                            state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
                         rows = await conn.fetch(query.numeric, *query.positional(params))
                     failures = 0
                 except Exception as exc:
+                    state.pending = 0
                     failures += 1
                     delay = min(0.1 * 2**failures, 5.0)
                     log.warning("claim on queue %s failed (%s); retrying in %.1f s", q.name, exc, delay)
                     await asyncio.sleep(delay)
                     continue
+                finally:
+                    state.pending = 0
+                if state.bucket is not None:
+                    state.bucket.take(len(rows))
                 state.backlog = len(rows) == want
                 for row in rows:
                     self._dispatch(state, row)
-                if state.backlog and state.free > 0:
+                if state.backlog and self._allowance(state) > 0 and (state.bucket is None or state.bucket.available()):
                     continue
             if not self.claiming:
                 break
             with contextlib.suppress(TimeoutError):
-                # Jitter spreads the polls of many workers.
-                await asyncio.wait_for(state.wake.wait(), q.poll_interval * random.uniform(0.9, 1.1))
+                await asyncio.wait_for(state.wake.wait(), wait)
 
     def _dispatch(self, state: QueueState, row: Any) -> None:
         ctx = JobContext(
@@ -238,6 +292,11 @@ class Runtime:
             state.running -= 1
             if state.backlog and state.free >= max(1, min(self.config.claim_batch, state.config.max_workers) // 4):
                 state.wake.set()
+            if self.config.global_max_workers is not None:
+                # A slot freed under the global limit may be another queue's to take.
+                for other in self.queues.values():
+                    if other.backlog:
+                        other.wake.set()
         if outcome is not None:
             self.completer.submit(ctx, outcome)
 
