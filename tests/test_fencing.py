@@ -272,3 +272,44 @@ async def test_r24_transactional_completion_loses_to_rescue(db_url: str) -> None
     with psycopg.connect(db_url) as pg:
         effects = pg.execute("SELECT job_id FROM t_effects").fetchall()
     assert effects == [(job_id,)], "exactly one effect: attempt 1's write rolled back with its stale completion"
+
+
+async def test_r30_rescue_with_unique_conflicts_cancels_the_superseded_attempt(
+    conn: asyncpg.Connection, db_url: str
+) -> None:
+    """A unique job that gave up its key while running is cancelled, not allowed to break the batch."""
+    mask = {"states": ["scheduled", "available", "retryable"]}  # 'running' not enforced
+    superseded = (await awa_bridge.insert_job(conn, {"order": 1}, kind="charge", queue="r30", unique=mask)).id
+    (a,) = await claim(conn, queue="r30")
+    assert a["id"] == superseded
+    holder = (await awa_bridge.insert_job(conn, {"order": 1}, kind="charge", queue="r30-other", unique=mask)).id
+    innocent = (await awa_bridge.insert_job(conn, {"order": 2}, kind="charge", queue="r30")).id
+    (c,) = await claim(conn, queue="r30")
+    assert c["id"] == innocent
+    for job_id in (superseded, innocent):
+        await backdate_heartbeat(conn, job_id)
+
+    rescued = {r["id"]: r["state"] for r in await rescue_stale_heartbeats(conn, staleness=90)}
+    assert rescued == {superseded: "cancelled", innocent: "retryable"}
+    row = job_row(db_url, superseded)
+    assert f"superseded: job {holder} holds its unique key" in row["errors"][0]["error"]
+    assert job_state(db_url, holder) == "available"
+    assert await rescue_stale_heartbeats(conn, staleness=90) == []
+
+
+async def test_r30_promotion_of_a_duplicate_cancels_it(conn: asyncpg.Connection, db_url: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    mask = {"states": ["available", "running"]}  # a scheduled job does not hold its key
+    later = datetime.now(UTC) + timedelta(hours=1)
+    scheduled = (await awa_bridge.insert_job(conn, {"n": 1}, kind="report", run_at=later, unique=mask)).id
+    holder = (await awa_bridge.insert_job(conn, {"n": 1}, kind="report", unique=mask)).id
+    other = (await awa_bridge.insert_job(conn, {"n": 2}, kind="report", run_at=later, unique=mask)).id
+    await conn.execute(
+        "UPDATE awa.jobs SET run_at = now() - interval '1 second' WHERE id = ANY($1)", [scheduled, other]
+    )
+    promoted = await promote_due(conn)
+    assert promoted == {"default": 1}
+    assert job_state(db_url, scheduled) == "cancelled"
+    assert f"superseded: job {holder}" in job_row(db_url, scheduled)["errors"][0]["error"]
+    assert job_state(db_url, other) == "available"

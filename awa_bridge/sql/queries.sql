@@ -193,8 +193,10 @@ RETURNING j.id
 SELECT pg_try_advisory_lock(7235104991187720552) AS acquired
 
 -- name: promote_due
+-- A due job whose unique key another live job took meanwhile is cancelled as
+-- superseded instead (awa.unique_key_holder; R30).
 WITH due AS (
-    SELECT id
+    SELECT id, awa.unique_key_holder(id, unique_key, unique_states, 'available') AS holder
     FROM awa.jobs
     WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
     ORDER BY run_at
@@ -202,18 +204,27 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE awa.jobs AS j
-    SET state = 'available'
+    SET state = CASE WHEN due.holder IS NULL THEN 'available' ELSE 'cancelled' END::awa.job_state,
+        finalized_at = CASE WHEN due.holder IS NULL THEN NULL ELSE now() END,
+        errors = CASE WHEN due.holder IS NULL THEN j.errors ELSE array_append(j.errors, jsonb_build_object(
+            'error', format('superseded: job %%s holds its unique key', due.holder),
+            'type', 'Superseded', 'attempt', j.attempt, 'at', now())) END
     FROM due
     WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
-    RETURNING j.queue
+    RETURNING j.queue, j.state
 )
 SELECT queue, count(*) AS promoted, pg_notify('awa_jobs', queue) AS notified
 FROM promoted
+WHERE state = 'available'
 GROUP BY queue
 
 -- name: rescue_stale_heartbeats
+-- Each rescue spends the attempt: retryable, or failed when none are left; a
+-- job whose unique key another live job took meanwhile is cancelled (R30).
 WITH stale AS (
-    SELECT id, run_lease
+    SELECT id, run_lease,
+           awa.unique_key_holder(id, unique_key, unique_states,
+               CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state) AS holder
     FROM awa.jobs
     WHERE state = 'running'
       AND heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
@@ -222,12 +233,16 @@ WITH stale AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE awa.jobs AS j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
+SET state = CASE WHEN stale.holder IS NOT NULL THEN 'cancelled'
+                 WHEN j.attempt >= j.max_attempts THEN 'failed'
+                 ELSE 'retryable' END::awa.job_state,
     run_at = now(),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR stale.holder IS NOT NULL THEN now() END,
     errors = array_append(j.errors, jsonb_build_object(
         'error', format('heartbeat stale: no heartbeat for %%s s (attempt %%s); worker presumed dead',
-                        %(staleness_seconds)s, j.attempt),
+                        %(staleness_seconds)s, j.attempt)
+                 || CASE WHEN stale.holder IS NULL THEN ''
+                         ELSE format('; superseded: job %%s holds its unique key', stale.holder) END,
         'type', 'HeartbeatStale', 'attempt', j.attempt, 'at', now())),
     heartbeat_at = NULL,
     deadline_at = NULL
@@ -237,7 +252,9 @@ RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt
 
 -- name: rescue_expired_deadlines
 WITH expired AS (
-    SELECT id, run_lease
+    SELECT id, run_lease,
+           awa.unique_key_holder(id, unique_key, unique_states,
+               CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state) AS holder
     FROM awa.jobs
     WHERE state = 'running' AND deadline_at < now()
     ORDER BY deadline_at
@@ -245,11 +262,15 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE awa.jobs AS j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
+SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
+                 WHEN j.attempt >= j.max_attempts THEN 'failed'
+                 ELSE 'retryable' END::awa.job_state,
     run_at = now(),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR expired.holder IS NOT NULL THEN now() END,
     errors = array_append(j.errors, jsonb_build_object(
-        'error', format('deadline exceeded (attempt %%s)', j.attempt),
+        'error', format('deadline exceeded (attempt %%s)', j.attempt)
+                 || CASE WHEN expired.holder IS NULL THEN ''
+                         ELSE format('; superseded: job %%s holds its unique key', expired.holder) END,
         'type', 'DeadlineExceeded', 'attempt', j.attempt, 'at', now())),
     heartbeat_at = NULL,
     deadline_at = NULL
@@ -803,9 +824,12 @@ SELECT target.id AS target_id, target.state::text AS prior_state, target.expired
 FROM target LEFT JOIN changed ON true
 
 -- name: rescue_callback_timeouts
--- Waits past their timeout: the attempt is spent (retryable, or failed when exhausted).
+-- Waits past their timeout: the attempt is spent (retryable, or failed when
+-- exhausted; cancelled when a duplicate took the unique key meanwhile).
 WITH expired AS (
-    SELECT id
+    SELECT id,
+           awa.unique_key_holder(id, unique_key, unique_states,
+               CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state) AS holder
     FROM awa.jobs
     WHERE state = 'waiting_external' AND callback_timeout_at < now()
     ORDER BY callback_timeout_at
@@ -813,11 +837,15 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE awa.jobs AS j
-SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
+SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
+                 WHEN j.attempt >= j.max_attempts THEN 'failed'
+                 ELSE 'retryable' END::awa.job_state,
     run_at = now(),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR expired.holder IS NOT NULL THEN now() END,
     errors = array_append(j.errors, jsonb_build_object(
-        'error', format('callback %%s timed out (attempt %%s)', j.callback_id, j.attempt),
+        'error', format('callback %%s timed out (attempt %%s)', j.callback_id, j.attempt)
+                 || CASE WHEN expired.holder IS NULL THEN ''
+                         ELSE format('; superseded: job %%s holds its unique key', expired.holder) END,
         'type', 'CallbackTimeout', 'attempt', j.attempt, 'at', now())),
     callback_timeout_at = NULL
 FROM expired
