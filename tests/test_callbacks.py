@@ -226,3 +226,60 @@ def test_signatures_match_awa_pg_and_compare_in_constant_time() -> None:
         callback_url("https://app.test/", callback_id, "complete")
     )
     del awa
+
+
+async def test_http_receiver_over_real_http(make_client, db_url: str) -> None:
+    import http.client
+    import json
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from awa_bridge.callback_http import callback_receiver
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    secret = bytes(range(32))
+    server = make_server("127.0.0.1", 0, callback_receiver(db_url, secret), handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+
+    def post(path: str, body: Any = None, signature: str | None = None) -> tuple[int, dict[str, Any]]:
+        def call() -> tuple[int, dict[str, Any]]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            headers = {"Content-Type": "application/json"}
+            if signature is not None:
+                headers["X-Awa-Signature"] = signature
+            conn.request("POST", path, body=json.dumps(body) if body is not None else None, headers=headers)
+            response = conn.getresponse()
+            result = response.status, json.loads(response.read())
+            conn.close()
+            return result
+
+        return await_in_thread(call)
+
+    try:
+        job_id, callback_id, _ = await park(make_client, db_url)
+        path = f"/api/callbacks/{callback_id}/complete"
+        status, body = await post(path, {"paid": True}, signature="00" * 32)
+        assert status == 401 and job_state(db_url, job_id) == "waiting_external"
+        status, body = await post(
+            f"/api/callbacks/{uuid.uuid4()}/complete", None, sign_callback(secret, str(uuid.uuid4()))
+        )
+        assert status == 401
+        unknown = str(uuid.uuid4())
+        status, body = await post(f"/api/callbacks/{unknown}/complete", None, sign_callback(secret, unknown))
+        assert status == 404
+        status, body = await post(path, {"paid": True}, sign_callback(secret, callback_id))
+        assert (status, body) == (200, {"job_id": job_id, "state": "completed"})
+        assert job_row(db_url, job_id)["metadata"]["callback_result"] == {"paid": True}
+        status, body = await post(path, {"paid": True}, sign_callback(secret, callback_id))
+        assert status == 409 and body["state"] == "completed"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def await_in_thread(fn: Callable[[], Any]) -> Any:
+    return asyncio.get_running_loop().run_in_executor(None, fn)
