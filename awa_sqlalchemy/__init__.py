@@ -12,6 +12,8 @@
 - ``awa_sqlalchemy.alembic``: apply the shared SQL migrations from an Alembic
   revision and keep ``awa`` out of autogenerate (imported on its own, so
   Alembic is needed only by projects that use it).
+- ``awa_sqlalchemy.admin``: the operator actions (retry, cancel, run now,
+  delete, queue stats, pause/resume) on a session, inside its transaction.
 
 ``JobState`` is re-exported from ``awa_bridge`` for ``Job.state`` comparisons.
 """
