@@ -9,6 +9,7 @@ that asks for ``db_url`` starts from empty awa tables.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -66,9 +67,15 @@ def make_database(server_url: str) -> Iterator[Callable[[], str]]:
         drop_database(server_url, url)
 
 
-@pytest.fixture(scope="session")
-def django_setup(migrated_url: str) -> None:
-    """Configure Django once per process against the session database."""
+@pytest.fixture
+def django_setup(migrated_url: str, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Django's ``default`` alias on the session's migrated database, for this test.
+
+    pytest-django configures Django for the whole run (tests/django's project,
+    see pyproject.toml); here the alias is pointed at ``migrated_url`` and
+    database access allowed while the test runs, then both are put back.
+    Without pytest-django, Django is configured on that database once.
+    """
     import django
     from django.conf import settings
 
@@ -82,6 +89,39 @@ def django_setup(migrated_url: str) -> None:
             USE_TZ=True,
         )
         django.setup()
+        yield
+        return
+    from django.db import connections
+
+    wrapper = connections["default"]
+    entry = wrapper.settings_dict  # the dict every thread's wrapper shares
+    saved = dict(entry)
+    wrapper.close()
+    entry.update(django_database(migrated_url))
+    blocker = request.getfixturevalue("django_db_blocker")
+    try:
+        with blocker.unblock():
+            yield
+    finally:
+        connections["default"].close()
+        entry.clear()
+        entry.update(saved)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(server_url: str, django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """pytest-django: put the test databases on the suite's server, under names of this run's own.
+
+    Runs before pytest-django creates ``test_<NAME>`` for each alias a test
+    asks for; unique names let several runs share one server.
+    """
+    from django.conf import settings
+
+    run = uuid.uuid4().hex[:8]
+    server = django_database(server_url)
+    for alias, entry in settings.DATABASES.items():
+        entry.update({key: server[key] for key in ("HOST", "PORT", "USER", "PASSWORD")})
+        entry["NAME"] = f"awa_dj_{alias}_{run}"
 
 
 def count_rows(url: str, sql: str = "SELECT count(*) FROM awa.jobs", params: tuple = ()) -> int:

@@ -1,0 +1,497 @@
+"""Admin pages for jobs, queues and cron schedules.
+
+Read-only over the unmanaged models; every change (retry, cancel, run now,
+delete, pause, resume, trigger) calls ``awa_bridge.admin`` / ``awa_bridge.cron``
+and is guarded by a Django permission (``awa_django.retry_job``,
+``cancel_job``, ``run_job_now``, ``delete_job``, ``pause_queue``,
+``pause_cronjob``, ``trigger_cronjob``): a user without it sees neither the
+action nor the button, and a forged request is refused.
+
+Built for big tables: the job list never counts the whole table (the count is
+PostgreSQL's estimate once it passes ``EstimatedCountPaginator.exact_below``),
+the filter choices come from loose index scans (one probe per distinct kind
+or queue), and every state filter is served by an index
+(benchmarks/bench_django_admin.py measures it on a million finished jobs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import connections, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.timesince import timesince
+
+from awa_bridge import AwaError
+from awa_bridge import admin as ops
+from awa_bridge import cron as cron_ops
+from awa_bridge.drivers import detect_sync
+from awa_bridge.sql import QUERIES
+
+from .models import STATE_CHOICES, CronJob, Job, QueueMeta
+
+FILTER_CHOICES_LIMIT = 500
+
+
+class EstimatedCountPaginator(Paginator):
+    """Counts exactly only when PostgreSQL estimates fewer than ``exact_below`` rows.
+
+    Above that the planner's estimate (``EXPLAIN``: table statistics, or the
+    row estimate of the filtered plan) stands in for ``COUNT(*)``, which on a
+    table of millions of finished jobs would read them all on every page.
+    """
+
+    exact_below = 10_000
+
+    @cached_property
+    def count(self) -> int:  # type: ignore[override]
+        queryset = self.object_list
+        estimate = _planner_estimate(queryset)
+        self.estimated = estimate is not None and estimate >= self.exact_below
+        if self.estimated:
+            return int(estimate)
+        return queryset.count()
+
+
+def _planner_estimate(queryset: Any) -> int | None:
+    try:
+        sql, params = queryset.order_by().query.sql_with_params()
+    except Exception:  # an empty result set (EmptyResultSet) and the like
+        return None
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def _names(query: str, alias: str) -> list[str]:
+    rows = detect_sync(connections[alias]).fetch_all(QUERIES[query], {"limit": FILTER_CHOICES_LIMIT})
+    return [next(iter(row.values())) for row in rows]
+
+
+class _NameFilter(admin.SimpleListFilter):
+    query = ""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        alias = model_admin.model.objects.db
+        return [(name, name) for name in _names(self.query, alias)]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value():
+            return queryset.filter(**{self.parameter_name: self.value()})
+        return queryset
+
+
+class QueueFilter(_NameFilter):
+    title = "queue"
+    parameter_name = "queue"
+    query = "list_job_queues"
+
+
+class KindFilter(_NameFilter):
+    title = "kind"
+    parameter_name = "kind"
+    query = "list_job_kinds"
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return STATE_CHOICES
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value():
+            return queryset.filter(state=self.value())
+        return queryset
+
+
+def _pretty_json(value: Any) -> str:
+    return format_html(
+        '<pre class="awa-json">{}</pre>', json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    )
+
+
+def _run_each(
+    request: HttpRequest,
+    model_admin: admin.ModelAdmin,
+    ids: Iterable[Any],
+    operation: Callable[[Any, Any], Any],
+    done: str,
+) -> None:
+    """Apply one bridge operation per id; report successes and each refusal."""
+    alias = model_admin.model.objects.db
+    succeeded, refused = 0, []
+    for item in ids:
+        try:
+            with transaction.atomic(using=alias):
+                operation(connections[alias], item)
+            succeeded += 1
+        except AwaError as exc:
+            refused.append(str(exc))
+    if succeeded:
+        model_admin.message_user(request, f"{succeeded} {done}.", messages.SUCCESS)
+    for reason in refused:
+        model_admin.message_user(request, reason, messages.ERROR)
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "created_at", "age")
+    list_display_links = ("id", "kind")
+    list_filter = (StateFilter, QueueFilter, KindFilter)
+    search_fields = ("kind",)  # replaced by get_search_results: id, exact kind, or args:TEXT
+    search_help_text = "A job id, a kind (exact), or args:TEXT to search the args (scans; narrow with filters first)."
+    list_per_page = 50
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_selected")
+    readonly_fields = (
+        "id",
+        "kind",
+        "queue",
+        "state_label",
+        "priority",
+        "attempts",
+        "run_at",
+        "created_at",
+        "attempted_at",
+        "heartbeat_at",
+        "deadline_at",
+        "finalized_at",
+        "tag_list",
+        "run_lease",
+        "unique_key_hex",
+        "pretty_args",
+        "pretty_metadata",
+        "pretty_progress",
+        "error_history",
+    )
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tag_list")}),
+        ("Arguments", {"fields": ("pretty_args",)}),
+        ("Error history", {"fields": ("error_history",)}),
+        ("Progress and metadata", {"fields": ("pretty_progress", "pretty_metadata")}),
+        (
+            "Timing",
+            {"fields": ("run_at", "created_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")},
+        ),
+        ("Bookkeeping", {"classes": ("collapse",), "fields": ("run_lease", "unique_key_hex")}),
+    )
+
+    # -- permissions -----------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.retry_job")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.cancel_job")
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.run_job_now")
+
+    # -- list columns ------------------------------------------------------------
+
+    @admin.display(description="state", ordering="state")
+    def state_label(self, job: Job) -> str:
+        return format_html('<span class="awa-state awa-state-{}">{}</span>', job.state, job.state.replace("_", " "))
+
+    @admin.display(description="attempt")
+    def attempts(self, job: Job) -> str:
+        return f"{job.attempt}/{job.max_attempts}"
+
+    @admin.display(description="age")
+    def age(self, job: Job) -> str:
+        return timesince(job.created_at, timezone.now())
+
+    @admin.display(description="tags")
+    def tag_list(self, job: Job) -> str:
+        return ", ".join(job.tags) or "-"
+
+    @admin.display(description="unique key")
+    def unique_key_hex(self, job: Job) -> str:
+        return bytes(job.unique_key).hex() if job.unique_key else "-"
+
+    @admin.display(description="args")
+    def pretty_args(self, job: Job) -> str:
+        return _pretty_json(job.args)
+
+    @admin.display(description="metadata")
+    def pretty_metadata(self, job: Job) -> str:
+        return _pretty_json(job.metadata)
+
+    @admin.display(description="progress")
+    def pretty_progress(self, job: Job) -> str:
+        return _pretty_json(job.progress) if job.progress is not None else "-"
+
+    @admin.display(description="errors")
+    def error_history(self, job: Job) -> str:
+        if not job.errors:
+            return "-"
+        entries = []
+        for error in job.errors:
+            entries.append(
+                (
+                    error.get("attempt", "?"),
+                    error.get("at", ""),
+                    error.get("type", "Error"),
+                    error.get("error", ""),
+                    error.get("traceback") or "",
+                )
+            )
+        return format_html_join(
+            "",
+            '<div class="awa-error"><p><strong>Attempt {}</strong> at {}: <code>{}</code>: '
+            '<span class="awa-error-message">{}</span></p><pre>{}</pre></div>',
+            entries,
+        )
+
+    # -- search ----------------------------------------------------------------------
+
+    def get_search_results(self, request: HttpRequest, queryset: Any, search_term: str) -> tuple[Any, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if term.startswith("args:"):
+            return queryset.filter(args__icontains=term[5:].strip()), False
+        if term.isdigit():
+            return queryset.filter(id=int(term)) | queryset.filter(kind=term), False
+        return queryset.filter(kind=term), False
+
+    # -- actions -------------------------------------------------------------------------
+
+    @admin.action(description="Retry selected jobs", permissions=["retry"])
+    def retry_jobs(self, request: HttpRequest, queryset: Any) -> None:
+        _run_each(request, self, _ids(queryset), ops.retry_job, "job(s) made available again")
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_jobs(self, request: HttpRequest, queryset: Any) -> None:
+        _run_each(request, self, _ids(queryset), ops.cancel_job, "job(s) cancelled")
+
+    @admin.action(description="Run selected jobs now", permissions=["run_now"])
+    def run_jobs_now(self, request: HttpRequest, queryset: Any) -> None:
+        _run_each(request, self, _ids(queryset), ops.run_now, "job(s) made available now")
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        _run_each(request, self, [obj.id], ops.delete_job, "job deleted")
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        _run_each(request, self, _ids(queryset), ops.delete_job, "job(s) deleted")
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
+        return None  # the admin log has no rows for jobs: they are not Django objects
+
+    def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> None:
+        return None
+
+    # -- buttons on the detail page -------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        urls = [
+            path(
+                "<path:object_id>/do/<str:action>/",
+                self.admin_site.admin_view(self.job_action_view),
+                name="{}_{}_action".format(*info),
+            )
+        ]
+        return [*urls, *super().get_urls()]
+
+    def job_actions(self, request: HttpRequest, job: Job) -> list[tuple[str, str]]:
+        """(action, label) for the buttons this user may press on this job."""
+        candidates = [
+            ("retry", "Retry", self.has_retry_permission, ops.RETRYABLE_STATES),
+            ("cancel", "Cancel", self.has_cancel_permission, ops.CANCELLABLE_STATES),
+            ("run_now", "Run now", self.has_run_now_permission, ops.RUN_NOW_STATES),
+        ]
+        return [
+            (name, label) for name, label, allowed, states in candidates if allowed(request) and job.state in states
+        ]
+
+    def job_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        operations = {
+            "retry": (self.has_retry_permission, ops.retry_job, "made available again"),
+            "cancel": (self.has_cancel_permission, ops.cancel_job, "cancelled"),
+            "run_now": (self.has_run_now_permission, ops.run_now, "made available now"),
+        }
+        if request.method != "POST" or action not in operations:
+            raise PermissionDenied
+        allowed, operation, done = operations[action]
+        if not allowed(request):
+            raise PermissionDenied
+        try:
+            job_id = int(object_id)
+        except ValueError:
+            raise PermissionDenied from None
+        _run_each(request, self, [job_id], operation, f"job {job_id} {done}")
+        return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[job_id]))
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> Any:
+        extra_context = dict(extra_context or {})
+        job = self.get_object(request, object_id)
+        if job is not None:
+            extra_context["awa_job_actions"] = self.job_actions(request, job)
+            extra_context["awa_actions"] = [
+                (label, reverse("admin:awa_django_job_action", args=[job.id, name]))
+                for name, label in extra_context["awa_job_actions"]
+            ]
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _ids(queryset: Any) -> list[int]:
+    return list(queryset.values_list("id", flat=True))
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+
+@admin.register(QueueMeta)
+class QueueAdmin(admin.ModelAdmin):
+    """One row per queue: live counts by state, failed, completions in the last hour, lag, pause/resume."""
+
+    change_list_template = "admin/awa_django/queuemeta/change_list.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.pause_queue")
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view(self.pause_view)
+        return [path("do/<str:action>/<path:queue>/", view, name="awa_django_queuemeta_pause"), *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        stats = ops.queue_stats(connections[self.model.objects.db])
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Queues",
+            "stats": stats,
+            "can_pause": self.has_pause_permission(request),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, self.change_list_template, context)
+
+    def pause_view(self, request: HttpRequest, action: str, queue: str) -> HttpResponse:
+        if request.method != "POST" or action not in ("pause", "resume") or not self.has_pause_permission(request):
+            raise PermissionDenied
+        conn = connections[self.model.objects.db]
+        try:
+            if action == "pause":
+                ops.pause_queue(conn, queue, paused_by=f"admin:{request.user.get_username()}")
+            else:
+                ops.resume_queue(conn, queue)
+            self.message_user(request, f"Queue {queue} {action}d.", messages.SUCCESS)
+        except AwaError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:awa_django_queuemeta_changelist"))
+
+
+# -- cron schedules ----------------------------------------------------------------------------
+
+
+@admin.register(CronJob)
+class CronJobAdmin(admin.ModelAdmin):
+    list_display = ("name", "cron_expr", "timezone", "kind", "queue", "next_fire", "last_enqueued_at", "paused_label")
+    readonly_fields = (
+        "name",
+        "cron_expr",
+        "timezone",
+        "kind",
+        "queue",
+        "priority",
+        "max_attempts",
+        "missed_fire_policy",
+        "next_fire",
+        "last_enqueued_at",
+        "paused_label",
+        "paused_by",
+        "created_at",
+        "updated_at",
+        "pretty_args",
+        "pretty_metadata",
+    )
+    fields = readonly_fields
+    actions = ("trigger_schedules", "pause_schedules", "resume_schedules")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.pause_cronjob")
+
+    def has_trigger_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("awa_django.trigger_cronjob")
+
+    @admin.display(description="next fire")
+    def next_fire(self, row: CronJob) -> datetime | str:
+        if row.paused_at is not None:
+            return "paused"
+        base = max(row.last_enqueued_at or row.created_at, timezone.now())
+        try:
+            return cron_ops.next_fire_time(row.cron_expr, row.timezone, base)
+        except Exception:
+            return "-"
+
+    @admin.display(description="paused", boolean=True)
+    def paused_label(self, row: CronJob) -> bool:
+        return row.paused
+
+    @admin.display(description="args")
+    def pretty_args(self, row: CronJob) -> str:
+        return _pretty_json(row.args)
+
+    @admin.display(description="metadata")
+    def pretty_metadata(self, row: CronJob) -> str:
+        return _pretty_json(row.metadata)
+
+    @admin.action(description="Trigger selected schedules now", permissions=["trigger"])
+    def trigger_schedules(self, request: HttpRequest, queryset: Any) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        _run_each(request, self, names, cron_ops.trigger_schedule, "schedule(s) triggered: one job each enqueued")
+
+    @admin.action(description="Pause selected schedules", permissions=["pause"])
+    def pause_schedules(self, request: HttpRequest, queryset: Any) -> None:
+        by = f"admin:{request.user.get_username()}"
+        names = list(queryset.values_list("name", flat=True))
+        _run_each(request, self, names, lambda c, n: cron_ops.pause_schedule(c, n, paused_by=by), "schedule(s) paused")
+
+    @admin.action(description="Resume selected schedules", permissions=["pause"])
+    def resume_schedules(self, request: HttpRequest, queryset: Any) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        _run_each(request, self, names, cron_ops.resume_schedule, "schedule(s) resumed")

@@ -1,0 +1,96 @@
+"""System checks (``manage.py check``; ``check --database ALIAS`` adds the database ones).
+
+* ``awa_django.E001`` the awa alias is not PostgreSQL.
+* ``awa_django.W001`` the awa alias is not ``default`` and no router sends the awa app there.
+* ``awa_django.W002`` the worker's driver (asyncpg, psycopg_pool) is not installed.
+* ``awa_django.E002`` (database) the database lacks migrations this package ships.
+* ``awa_django.E003`` (database) the database has migrations this package does not know,
+  or an applied file was edited, or it was migrated by the real Awa.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from .conf import get_settings
+
+
+@register()
+def check_configuration(app_configs: Any = None, **kwargs: Any) -> Iterable[CheckMessage]:
+    awa = get_settings()
+    messages: list[CheckMessage] = []
+    engine = settings.DATABASES[awa.database].get("ENGINE", "")
+    if "postgresql" not in engine and "postgis" not in engine:
+        messages.append(
+            Error(
+                f"AWA['DATABASE'] is {awa.database!r}, whose ENGINE is {engine!r}; awa needs PostgreSQL",
+                hint="Point AWA['DATABASE'] at a django.db.backends.postgresql alias.",
+                id="awa_django.E001",
+            )
+        )
+    if awa.database != "default" and not _routed(awa.database):
+        messages.append(
+            Warning(
+                f"AWA['DATABASE'] is {awa.database!r} but no database router sends the awa_django app there",
+                hint="Add 'awa_django.routers.AwaRouter' to DATABASE_ROUTERS, then "
+                f"`manage.py migrate --database {awa.database}`.",
+                id="awa_django.W001",
+            )
+        )
+    missing = [m for m in ("asyncpg", "psycopg_pool") if importlib.util.find_spec(m) is None]
+    if missing:
+        messages.append(
+            Warning(
+                f"the worker needs {', '.join(missing)}, which is not installed (enqueueing works without it)",
+                hint="pip install 'awa-bridge[asyncpg,psycopg]'",
+                id="awa_django.W002",
+            )
+        )
+    return messages
+
+
+def _routed(alias: str) -> bool:
+    from django.db import router
+
+    return router.db_for_write(_job_model()) == alias
+
+
+def _job_model() -> Any:
+    from .models import Job
+
+    return Job
+
+
+@register(Tags.database)
+def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> Iterable[CheckMessage]:
+    """The applied shared migrations match the packaged ones (only with ``--database``)."""
+    from django.db import connections, transaction
+
+    from awa_bridge.errors import ForeignSchema, MigrationChecksumMismatch
+    from awa_bridge.migrations import load_migrations, pending_migrations
+
+    awa = get_settings()
+    if not databases or awa.database not in databases:
+        return []
+    connection = connections[awa.database]
+    try:
+        with transaction.atomic(using=awa.database):
+            connection.ensure_connection()
+            pending = pending_migrations(connection.connection, load_migrations())
+    except (ForeignSchema, MigrationChecksumMismatch) as exc:
+        return [Error(str(exc), id="awa_django.E003")]
+    if pending:
+        names = ", ".join(m.name for m in pending)
+        return [
+            Error(
+                f"the awa schema on {awa.database!r} lacks {names}",
+                hint=f"Run `manage.py migrate awa_django --database {awa.database}`.",
+                id="awa_django.E002",
+            )
+        ]
+    return []

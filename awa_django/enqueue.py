@@ -1,0 +1,27 @@
+"""Enqueue on Django's connection, inside the caller's ``transaction.atomic()``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import awa_bridge
+from awa_bridge import InsertManyResult, Job
+
+from .db import awa_connection
+
+
+def insert_job(args: Any, *, using: str | None = None, **opts: Any) -> Job:
+    """Insert one job on ``connections[using]`` (default: ``AWA['DATABASE']``).
+
+    Inside ``transaction.atomic(using=...)`` the job commits or rolls back
+    with the ORM writes around it. ``args`` and ``opts`` are those of
+    ``awa_bridge.insert_job_sync`` (a dataclass, a pydantic model or a dict
+    with ``kind=``; ``queue``, ``priority``, ``run_at``, ``unique`` ...).
+    """
+    return awa_bridge.insert_job_sync(awa_connection(using), args, **opts)
+
+
+def insert_many(jobs: Iterable[Any], *, using: str | None = None, **opts: Any) -> InsertManyResult:
+    """Insert many jobs with COPY on Django's connection (psycopg 3 backend), in the current transaction."""
+    return awa_bridge.insert_many_sync(awa_connection(using), jobs, **opts)

@@ -1,0 +1,69 @@
+"""``manage.py awa_cron list|trigger|pause|resume``."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from awa_bridge import cron
+
+from ...db import awa_alias, awa_connection
+from ._base import AwaCommand
+
+
+class Command(AwaCommand):
+    help = (
+        "Operate the periodic schedules in awa.cron_jobs (those of AWA['PERIODIC'] are stored there when a "
+        "worker starts). An unknown name exits 1 and changes nothing."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        actions.add_parser("list", help="every schedule: expression, timezone, last enqueued, next fire, paused")
+        trigger = actions.add_parser("trigger", help="enqueue one job from a schedule now (regular fires unaffected)")
+        trigger.add_argument("name", metavar="NAME")
+        pause = actions.add_parser("pause", help="stop firing a schedule")
+        pause.add_argument("name", metavar="NAME")
+        pause.add_argument("--by", help="who paused it (default: manage.py:<user>)")
+        resume = actions.add_parser("resume", help="fire a schedule again (its missed_fire_policy covers the pause)")
+        resume.add_argument("name", metavar="NAME")
+        resume.add_argument("--skip-missed", action="store_true", help="skip the fires that fell due while paused")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django.db import transaction
+
+        # One transaction per operation: resume's row lock spans its two statements.
+        with transaction.atomic(using=awa_alias()):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
+        action = options["action"]
+        if action == "list":
+            schedules = cron.list_schedules(awa_connection())
+            self.table(
+                [
+                    (
+                        s.name,
+                        s.cron_expr,
+                        s.timezone,
+                        s.kind,
+                        s.queue,
+                        s.paused,
+                        s.last_enqueued_at,
+                        s.next_fire_at,
+                    )
+                    for s in schedules
+                ],
+                ["name", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
+            )
+        elif action == "trigger":
+            job = cron.trigger_schedule(awa_connection(), options["name"])
+            self.stdout.write(f"schedule {options['name']}: enqueued job {job.id} ({job.kind} on {job.queue})")
+        elif action == "pause":
+            cron.pause_schedule(
+                awa_connection(), options["name"], paused_by=options["by"] or f"manage.py:{getpass.getuser()}"
+            )
+            self.stdout.write(f"schedule {options['name']} paused")
+        else:
+            cron.resume_schedule(awa_connection(), options["name"], skip_missed=options["skip_missed"])
+            self.stdout.write(f"schedule {options['name']} resumed")

@@ -1,0 +1,44 @@
+"""``manage.py awa_queues stats|pause|resume``."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from awa_bridge import admin
+
+from ...db import awa_connection
+from ._base import AwaCommand
+
+
+class Command(AwaCommand):
+    help = (
+        "Queue statistics (per-state counts of live jobs, failed jobs, completions in the last hour, lag of "
+        "the oldest available job, paused flag) and pause/resume. A paused queue is skipped by every worker "
+        "within one poll interval; running jobs finish."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        stats = actions.add_parser("stats", help="one row per queue (or only NAME)")
+        stats.add_argument("name", nargs="?", metavar="NAME")
+        pause = actions.add_parser("pause", help="stop every worker from claiming on a queue")
+        pause.add_argument("name", metavar="NAME")
+        pause.add_argument("--by", help="who paused it (default: manage.py:<user>)")
+        resume = actions.add_parser("resume", help="let workers claim on a queue again")
+        resume.add_argument("name", metavar="NAME")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action, name = options["action"], options["name"]
+        if action == "pause":
+            admin.pause_queue(awa_connection(), name, paused_by=options["by"] or f"manage.py:{getpass.getuser()}")
+            self.stdout.write(f"queue {name} paused")
+            return
+        if action == "resume":
+            admin.resume_queue(awa_connection(), name)
+            self.stdout.write(f"queue {name} resumed")
+            return
+        stats = admin.queue_stats(awa_connection(), name)
+        columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
+        columns += ["failed", "completed_last_hour", "lag_seconds"]
+        self.table([[getattr(s, c) for c in columns] for s in stats], columns)

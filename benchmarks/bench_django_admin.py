@@ -1,0 +1,211 @@
+"""How fast the awa_django admin pages are on a big jobs table.
+
+    python benchmarks/bench_django_admin.py                  # 1,000,000 finished jobs
+    python benchmarks/bench_django_admin.py --jobs 200000 --runs 3
+
+Builds a throwaway database (on DATABASE_URL's server, else an embedded
+PostgreSQL), migrates it with `manage.py migrate` (awa_django's migrations),
+fills awa.jobs with finished jobs (completed, a few failed and cancelled) plus
+a small live backlog, ANALYZEs, then requests each admin page through Django's
+test client as a logged-in superuser. For each page it prints the median time,
+the number of SQL statements, the slowest statement's time, whether any
+statement was a COUNT over awa.jobs, and the plan of the page's list query
+(which index serves it). The database is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+FILL = """
+INSERT INTO awa.jobs (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                      attempted_at, finalized_at, created_at, errors)
+SELECT 'kind_' || (g %% 20),
+       (ARRAY['default', 'email', 'reports', 'billing'])[1 + g %% 4],
+       jsonb_build_object('n', g, 'to', 'user' || g || '@example.com'),
+       CASE WHEN g %% 5000 = 0 THEN 'failed' WHEN g %% 7919 = 0 THEN 'cancelled' ELSE 'completed' END::awa.job_state,
+       2, 1, 25,
+       now() - make_interval(secs => %(n)s - g),
+       now() - make_interval(secs => %(n)s - g),
+       now() - make_interval(secs => %(n)s - g),
+       now() - make_interval(secs => %(n)s - g),
+       CASE WHEN g %% 5000 = 0
+            THEN ARRAY[jsonb_build_object('attempt', 1, 'type', 'SMTPError', 'error', 'mailbox full',
+                                          'traceback', 'Traceback ...', 'at', now())]
+            ELSE '{}'::jsonb[] END
+FROM generate_series(1, %(n)s) AS g
+"""
+LIVE = """
+INSERT INTO awa.jobs (kind, queue, args, state, run_at)
+SELECT 'kind_' || (g % 20), 'email', jsonb_build_object('n', g), 'available', now()
+FROM generate_series(1, 200) AS g
+"""
+
+
+def configure(url: str) -> None:
+    import django
+    from django.conf import settings
+
+    from awa_django.db import database_settings
+
+    settings.configure(
+        SECRET_KEY="bench",
+        DEBUG=True,  # the query log
+        ALLOWED_HOSTS=["*"],
+        USE_TZ=True,
+        ROOT_URLCONF="tests.django.project.urls",
+        INSTALLED_APPS=[
+            "django.contrib.admin",
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "django.contrib.messages",
+            "awa_django",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
+        ],
+        DATABASES={"default": database_settings(url)},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        STATIC_URL="/static/",
+    )
+    django.setup()
+
+
+def plan_of(sql: str, params: Any) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+        lines = [row[0] for row in cursor.fetchall()]
+    scans = [line.strip().removeprefix("-> ").strip() for line in lines if "Scan" in line]
+    return "; ".join(s.split("  (")[0] for s in scans[:3])
+
+
+def measure(client: Any, path: str, runs: int) -> dict[str, Any]:
+    from django.db import connection, reset_queries
+
+    client.get(path)  # warm
+    times, statements = [], []
+    for _ in range(runs):
+        reset_queries()
+        start = time.perf_counter()
+        response = client.get(path)
+        times.append(time.perf_counter() - start)
+        assert response.status_code == 200, (path, response.status_code)
+        statements = list(connection.queries)
+    awa = [q for q in statements if "awa" in q["sql"]]
+    listing = [q for q in awa if "LIMIT" in q["sql"] and '"awa"."jobs"' in q["sql"] and "EXPLAIN" not in q["sql"]]
+    counts = [q for q in awa if "COUNT(" in q["sql"].upper()]
+    return {
+        "path": path,
+        "median_ms": statistics.median(times) * 1000,
+        "statements": len(statements),
+        "slowest_ms": max((float(q["time"]) for q in statements), default=0.0) * 1000,
+        "counts": len(counts),
+        "list_sql": listing[0]["sql"] if listing else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    ns = parser.parse_args()
+
+    import psycopg
+
+    from awa_bridge.embedded import database_url_or_embedded
+
+    server_url, server = database_url_or_embedded()
+    name = f"awa_bench_admin_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlunsplit(urlsplit(server_url)._replace(path="/" + name))
+    try:
+        configure(url)
+        from django.contrib.auth.models import User
+        from django.core.management import call_command
+        from django.db import connection
+        from django.test import Client
+
+        call_command("migrate", verbosity=0)
+        start = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute(FILL, {"n": ns.jobs})
+            cursor.execute(LIVE)
+            cursor.execute("ANALYZE awa.jobs")
+            cursor.execute("SELECT pg_size_pretty(pg_total_relation_size('awa.jobs')), version()")
+            size, version = cursor.fetchone()
+            cursor.execute("SELECT id FROM awa.jobs WHERE state = 'failed' ORDER BY id DESC LIMIT 1")
+            failed_id = cursor.fetchone()[0]
+        print(f"{ns.jobs:,} finished jobs + 200 available in {time.perf_counter() - start:.1f} s; awa.jobs is {size}")
+        print(version.split(",")[0])
+        User.objects.create_superuser("bench", "bench@example.com", "pw")
+        client = Client()
+        client.force_login(User.objects.get(username="bench"))
+        pages = [
+            "/admin/awa_django/job/",
+            "/admin/awa_django/job/?state=failed",
+            "/admin/awa_django/job/?state=cancelled",
+            "/admin/awa_django/job/?state=available",
+            "/admin/awa_django/job/?state=completed",
+            "/admin/awa_django/job/?queue=email",
+            "/admin/awa_django/job/?kind=kind_7",
+            "/admin/awa_django/job/?kind=kind_0&state=failed",
+            "/admin/awa_django/job/?p=100",
+            f"/admin/awa_django/job/?q={failed_id}",
+            f"/admin/awa_django/job/{failed_id}/change/",
+            "/admin/awa_django/queuemeta/",
+            "/admin/awa_django/cronjob/",
+        ]
+        results = [measure(client, page, ns.runs) for page in pages]
+        width = max(len(r["path"]) for r in results)
+        print(f"\n{'page'.ljust(width)}  median ms  statements  slowest ms  COUNTs  list query plan")
+        for r in results:
+            plan = "-"
+            if r["list_sql"]:
+                plan = plan_of(r["list_sql"], None)
+            print(
+                f"{r['path'].ljust(width)}  {r['median_ms']:9.1f}  {r['statements']:10d}  {r['slowest_ms']:10.1f}"
+                f"  {r['counts']:6d}  {plan}"
+            )
+        connection.close()
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if server is not None:
+            server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    sys.exit(main())

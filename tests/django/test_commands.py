@@ -1,0 +1,143 @@
+"""Management commands: awa_worker as a real process (SIGTERM, exit codes), and the operation commands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+import awa_django
+from awa_bridge.cron import upsert_schedules_sync
+from awa_django.conf import build_schedule, get_settings
+from awa_django.db import database_url
+from awa_django.models import Job, QueueMeta
+
+from .conftest import job_state, wait_for
+from .testapp import tasks
+from .testapp.models import Order
+
+pytestmark = [pytest.mark.django, pytest.mark.django_db(transaction=True)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manage(*args: str, settings: str = "tests.django.project.settings", **popen) -> subprocess.Popen:
+    env = {**os.environ, "AWA_TEST_DATABASE_URL": database_url("default"), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", *args, "--settings", settings],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def run(command: str, *args: str) -> str:
+    out = StringIO()
+    call_command(command, *args, stdout=out)
+    return out.getvalue()
+
+
+def test_awa_worker_runs_jobs_and_stops_gracefully_on_sigterm(awa: None) -> None:
+    orders = [Order.objects.create(customer=f"c{i}@example.com") for i in range(3)]
+    jobs = [tasks.send_confirmation.enqueue(order.id) for order in orders]
+    worker = manage("awa_worker", "--queue", "email:2", "--queue", "default")
+    try:
+        wait_for(lambda: all(job_state(job.id) == "completed" for job in jobs) or worker.poll() is not None)
+        assert worker.poll() is None, worker.communicate()
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert "queues email (2), default (4)" in out
+    assert "awa worker stopped" in out
+    assert "shutting down" in err
+    assert Order.objects.filter(confirmed=True).count() == 3
+
+
+def test_awa_worker_refuses_bad_configuration(awa: None) -> None:
+    bad = manage("awa_worker", settings="tests.django.project.settings_bad")
+    _, err = bad.communicate(timeout=60)
+    assert bad.returncode != 0
+    assert "InvalidAwaSetting: AWA['QUEUES']['email']['max_workers']: must be" in err and "got 0" in err
+    with pytest.raises(CommandError, match="--queue"):
+        call_command("awa_worker", "--queue", "email:x")
+    with pytest.raises(CommandError, match="given twice"):
+        call_command("awa_worker", "--queue", "email", "--queue", "email:3")
+
+
+def test_awa_worker_help_explains_itself() -> None:
+    helped = manage("awa_worker", "--help")
+    out, _ = helped.communicate(timeout=60)
+    assert helped.returncode == 0
+    for words in ("--queue NAME[:N]", "AWA['QUEUES']", "SIGTERM", "drain", "exit"):
+        assert words in out
+
+
+def test_awa_jobs_list_show_retry_cancel_run_now_delete(awa: None) -> None:
+    failing = tasks.always_fails.using(max_attempts=1).enqueue("nope")
+    with connection.cursor() as cursor:  # a job that failed, as the worker would leave it
+        cursor.execute(
+            "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(), "
+            'errors = ARRAY[\'{"attempt": 1, "type": "ValueError", "error": "nope", '
+            '"traceback": "Traceback ...", "at": "2026-01-01T00:00:00+00:00"}\'::jsonb] WHERE id = %s',
+            [failing.id],
+        )
+    waiting = awa_django.insert_job({"n": 1}, kind="k", run_at="2099-01-01T00:00:00Z")
+    listed = run("awa_jobs", "list", "--state", "failed")
+    assert [line.split()[0] for line in listed.splitlines()[1:]] == [str(failing.id)]
+    assert "always_fails" in listed
+    shown = run("awa_jobs", "show", str(failing.id))
+    assert "ValueError: nope" in shown and '"reason": "nope"' in shown
+    assert f"job {failing.id}" in run("awa_jobs", "retry", str(failing.id))
+    assert job_state(failing.id) == "available"
+    assert "now scheduled" not in run("awa_jobs", "run-now", str(waiting.id))
+    assert job_state(waiting.id) == "available"
+    run("awa_jobs", "cancel", str(waiting.id))
+    assert job_state(waiting.id) == "cancelled"
+    with pytest.raises(CommandError, match="cancel"):
+        call_command("awa_jobs", "cancel", str(waiting.id))
+    run("awa_jobs", "delete", str(waiting.id))
+    assert not Job.objects.filter(id=waiting.id).exists()
+    with pytest.raises(CommandError, match="no job"):
+        call_command("awa_jobs", "show", "424242")
+    assert "retried 0 failed job(s)" in run("awa_jobs", "retry-failed")
+
+
+def test_awa_queues_stats_pause_resume(awa: None) -> None:
+    tasks.send_confirmation.enqueue(1)
+    stats = run("awa_queues", "stats")
+    assert "email" in stats and "lag_seconds" in stats
+    run("awa_queues", "pause", "email", "--by", "ops")
+    assert QueueMeta.objects.get(queue="email").paused_by == "ops"
+    assert "yes" in run("awa_queues", "stats", "email")
+    run("awa_queues", "resume", "email")
+    assert not QueueMeta.objects.get(queue="email").paused
+
+
+def test_awa_cron_list_trigger_pause_resume(awa: None) -> None:
+    settings = get_settings()
+    upsert_schedules_sync(connection, [build_schedule(n, o) for n, o in settings.periodic.items()])
+    listed = run("awa_cron", "list")
+    assert "nightly_digest" in listed and "Europe/London" in listed
+    triggered = run("awa_cron", "trigger", "nightly_digest")
+    job = Job.objects.get(kind="send_digest")
+    assert f"enqueued job {job.id}" in triggered and job.metadata["triggered_manually"] is True
+    run("awa_cron", "pause", "nightly_digest")
+    assert "yes" in run("awa_cron", "list")
+    run("awa_cron", "resume", "nightly_digest")
+    assert "yes" not in run("awa_cron", "list").splitlines()[1]
+    with pytest.raises(CommandError, match="no schedule named 'nope'"):
+        call_command("awa_cron", "trigger", "nope")

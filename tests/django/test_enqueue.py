@@ -1,0 +1,109 @@
+"""Enqueue from ORM code: insert_job and @awa_django.task inside transaction.atomic()."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+
+import awa_django
+from awa_bridge import UniqueConflict, ValidationError
+from awa_django.models import Job
+
+from .testapp.models import Order
+from .testapp.tasks import confirm_transactionally, send_confirmation
+
+pytestmark = [pytest.mark.django, pytest.mark.django_db(transaction=True)]
+
+
+def test_insert_job_commits_and_rolls_back_with_the_orm_writes(awa: None) -> None:
+    with transaction.atomic():
+        order = Order.objects.create(customer="ada@example.com")
+        job = awa_django.insert_job({"order_id": order.id}, kind="send_receipt", queue="email")
+    assert job.state == "available" and job.queue == "email"
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Order.objects.create(customer="bob@example.com")
+        awa_django.insert_job({"order_id": 0}, kind="send_receipt")
+        raise RuntimeError("payment declined")
+    assert list(Order.objects.values_list("customer", flat=True)) == ["ada@example.com"]
+    assert list(Job.objects.values_list("id", "kind")) == [(job.id, "send_receipt")]
+
+
+def test_a_rolled_back_savepoint_takes_only_its_job(awa: None) -> None:
+    with transaction.atomic():
+        awa_django.insert_job({"n": 1}, kind="k", unique=True)
+        with pytest.raises(UniqueConflict), transaction.atomic():
+            awa_django.insert_job({"n": 1}, kind="k", unique=True)
+        awa_django.insert_job({"n": 2}, kind="k", using="default")
+    assert sorted(Job.objects.values_list("args", flat=True), key=str) == [{"n": 1}, {"n": 2}]
+
+
+def test_task_enqueue_binds_arguments_by_name(awa: None) -> None:
+    with transaction.atomic():
+        order = Order.objects.create(customer="ada@example.com")
+        job = send_confirmation.enqueue(order.id)
+        later = datetime.now(UTC) + timedelta(hours=1)
+        scheduled = send_confirmation.using(priority=1, run_at=later, tags=["vip"]).enqueue(order.id, note="vip")
+    assert job.kind == "tests.django.testapp.tasks.send_confirmation"
+    assert job.args == {"order_id": order.id, "note": "confirmed"}
+    assert job.queue == "email" and job.state == "available"
+    assert scheduled.state == "scheduled" and scheduled.priority == 1 and scheduled.tags == ["vip"]
+    assert scheduled.args == {"order_id": order.id, "note": "vip"}
+    # Calling the task runs the function inline.
+    send_confirmation(order.id)
+    assert Order.objects.get(id=order.id).confirmed
+
+
+def test_task_options_are_validated_early() -> None:
+    with pytest.raises(ValidationError, match="priority"):
+        send_confirmation.using(priority=9)
+    with pytest.raises(TypeError, match="order_id"):
+        send_confirmation.enqueue(nope=1)
+    with pytest.raises(ValidationError, match=r"\*args"):
+
+        @awa_django.task(kind="variadic")
+        def variadic(*items: int) -> None: ...
+
+    with pytest.raises(ValidationError, match="transactional"):
+
+        @awa_django.task(kind="coro", transactional=True)
+        async def coro() -> None: ...
+
+    with pytest.raises(ValidationError, match="queue"):
+
+        @awa_django.task(kind="empty_queue", queue="")
+        def empty_queue() -> None: ...
+
+    with pytest.raises(ValidationError, match="args"):
+        send_confirmation.enqueue(1, note="nul\x00")
+    with pytest.raises(ValidationError, match="module level"):
+
+        @awa_django.task
+        def local() -> None: ...
+
+    assert confirm_transactionally.transactional
+
+
+def test_insert_many_uses_copy_on_djangos_connection(awa: None) -> None:
+    with transaction.atomic():
+        result = awa_django.insert_many(
+            [send_confirmation.prepare(i) for i in range(50)] + [send_confirmation.prepare(1)]
+        )
+    assert result.inserted == 51
+    assert Job.objects.filter(queue="email").count() == 51
+    assert connection.vendor == "postgresql"
+
+
+def test_models_are_read_only(awa: None) -> None:
+    job = awa_django.insert_job({}, kind="k")
+    row = Job.objects.get(id=job.id)
+    assert row.args == {} and row.errors == [] and row.tags == [] and row.state == "available"
+    with pytest.raises(awa_django.ReadOnlyModel):
+        row.save()
+    with pytest.raises(awa_django.ReadOnlyModel):
+        row.delete()
+    with pytest.raises(awa_django.ReadOnlyModel):
+        Job.objects.filter(id=job.id).update(state="completed")
+    with pytest.raises(awa_django.ReadOnlyModel):
+        Job.objects.all().delete()

@@ -1,0 +1,116 @@
+"""AWA settings validation: every mistake names its key; good settings reach the worker as given."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from awa_django.conf import get_settings, parse_settings
+from awa_django.errors import InvalidAwaSetting
+
+pytestmark = pytest.mark.django
+
+
+@pytest.mark.parametrize(
+    ("awa", "key", "words"),
+    [
+        ({"DATABASE": "nope"}, "AWA['DATABASE']", "not in settings.DATABASES"),
+        ({"QUEUES": []}, "AWA['QUEUES']", "must be a dict"),
+        ({"QUEUES": {}}, "AWA['QUEUES']", "at least one queue"),
+        ({"QUEUES": {"email": {"max_workers": 0}}}, "AWA['QUEUES']['email']['max_workers']", ">= 1, got 0"),
+        (
+            {"QUEUES": {"email": {"max_wokers": 2}}},
+            "AWA['QUEUES']['email']['max_wokers']",
+            "did you mean 'max_workers'",
+        ),
+        ({"QUEUES": {"email": {"deadline": -1}}}, "AWA['QUEUES']['email']['deadline']", "positive"),
+        ({"QUEUES": {"email": {"rate_limit": 5}}}, "AWA['QUEUES']['email']['rate_limit']", "did you mean 'max_rate'"),
+        ({"QUEUES": {"x" * 201: {}}}, "AWA['QUEUES']", "1 to 200 characters"),
+        ({"WORKER": {"heartbeat_interval": "fast"}}, "AWA['WORKER']['heartbeat_interval']", "number of seconds"),
+        (
+            {"WORKER": {"heartbeat_interval": 30, "heartbeat_staleness": 40}},
+            "AWA['WORKER']['heartbeat_staleness']",
+            "at least 3 x heartbeat_interval",
+        ),
+        ({"WORKER": {"claim_batch": 0}}, "AWA['WORKER']['claim_batch']", "0"),
+        ({"RETENTION": {"completed": 0}}, "AWA['RETENTION']['completed']", "positive"),
+        ({"RETENTION": {"done": 5}}, "AWA['RETENTION']['done']", "unknown setting"),
+        ({"PERIODIC": {"p": {"kind": "k"}}}, "AWA['PERIODIC']['p']['cron']", "required"),
+        ({"PERIODIC": {"p": {"cron": "* * *", "kind": "k"}}}, "AWA['PERIODIC']['p']['cron']", "expected 5 fields"),
+        (
+            {"PERIODIC": {"p": {"cron": "0 * * * *", "kind": "k", "timezone": "Mars/Olympus"}}},
+            "AWA['PERIODIC']['p']['timezone']",
+            "not a known IANA timezone",
+        ),
+        ({"PERIODIC": {"p": {"cron": "0 * * * *"}}}, "AWA['PERIODIC']['p']", "exactly one of 'task'"),
+        (
+            {"PERIODIC": {"p": {"cron": "0 * * * *", "kind": "k", "priority": 9}}},
+            "AWA['PERIODIC']['p']['priority']",
+            "between 1 and 4",
+        ),
+        (
+            {"PERIODIC": {"p": {"cron": "0 * * * *", "kind": "k", "missed_fire_policy": "all"}}},
+            "AWA['PERIODIC']['p']['missed_fire_policy']",
+            "coalesce",
+        ),
+        (
+            {"PERIODIC": {"p": {"cron": "0 * * * *", "task": "tests.django.testapp.tasks.nope"}}},
+            "AWA['PERIODIC']['p']['task']",
+            "cannot import",
+        ),
+        (
+            {"PERIODIC": {"p": {"cron": "0 * * * *", "task": "tests.django.testapp.tasks.add"}}},
+            "AWA['PERIODIC']['p']['task']",
+            "not an @awa_django.task",
+        ),
+        ({"QUEUE": {}}, "AWA['QUEUE']", "did you mean 'QUEUES'"),
+        ({"DATABASE_URL": "mysql://x"}, "AWA['DATABASE_URL']", "postgresql://"),
+        ({"TASK_MODULES": "shop.jobs"}, "AWA['TASK_MODULES']", "list of module paths"),
+    ],
+)
+def test_a_bad_setting_names_its_key(awa: dict, key: str, words: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as info:
+        parse_settings(awa)
+    assert str(info.value).startswith(key), str(info.value)
+    assert words in str(info.value)
+
+
+def test_defaults_and_good_values_reach_the_worker_config() -> None:
+    parsed = parse_settings(
+        {
+            "QUEUES": {"default": None, "email": 3, "reports": {"max_workers": 2, "deadline": timedelta(minutes=2)}},
+            "WORKER": {"heartbeat_interval": 10, "drain_timeout": timedelta(seconds=5), "maintenance": False},
+            "RETENTION": {"completed": timedelta(hours=1), "failed": 7200},
+            "PERIODIC": {"digest": {"cron": "0 8 * * *", "task": "tests.django.testapp.tasks.send_digest"}},
+        }
+    )
+    assert [(q.name, q.max_workers) for q in parsed.queues] == [("default", 10), ("email", 3), ("reports", 2)]
+    assert parsed.queue("reports").deadline == 120
+    assert parsed.worker.heartbeat_interval == 10 and parsed.worker.maintenance is False
+    assert parsed.worker.completed_retention == 3600 and parsed.worker.failed_retention == 7200
+    assert parsed.periodic["digest"]["task"].endswith("send_digest")
+    assert parse_settings(None).queues[0].name == "default"
+
+
+def test_startup_validation_raises_an_improperly_configured_subclass() -> None:
+    from django.apps import apps
+
+    with override_settings(AWA={"QUEUES": {"email": {"max_workers": -1}}}):
+        with pytest.raises(InvalidAwaSetting) as info:
+            apps.get_app_config("awa_django").ready()
+        assert info.value.key == "AWA['QUEUES']['email']['max_workers']"
+    assert get_settings().database == "default"  # the override is gone, the cache reset
+
+
+def test_system_checks(settings) -> None:
+    from django.core import checks
+
+    assert not [m for m in checks.run_checks() if m.id and m.id.startswith("awa_django")]
+    settings.AWA = {"DATABASE": "jobs"}
+    settings.DATABASE_ROUTERS = []
+    messages = {m.id: m for m in checks.run_checks() if m.id and m.id.startswith("awa_django")}
+    assert "awa_django.W001" in messages
+    assert "DATABASE_ROUTERS" in messages["awa_django.W001"].hint
