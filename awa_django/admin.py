@@ -158,6 +158,7 @@ class JobAdmin(admin.ModelAdmin):
     search_help_text = "A job id, a kind (exact), or args:TEXT to search the args (scans; narrow with filters first)."
     list_per_page = 50
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT the whole table per filter choice
     paginator = EstimatedCountPaginator
     actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_selected")
     readonly_fields = (

@@ -133,11 +133,18 @@ class AwaTask:
         return insert_job(self.prepare(*args, **kwargs), using=self.options.get("database"))
 
     def run(self, job: Any) -> Any:
-        """Run one attempt of a job of this kind (the worker's entry point)."""
+        """Run one attempt of a job of this kind (the worker's entry point for plain functions)."""
         kwargs = job.args if isinstance(job.args, dict) else {}
         if self.takes_job:
             return self.fn(job, **kwargs)
         return self.fn(**kwargs)
+
+    async def arun(self, job: Any) -> Any:
+        """Run one attempt of an ``async def`` task on the worker's event loop."""
+        kwargs = job.args if isinstance(job.args, dict) else {}
+        if self.takes_job:
+            return await self.fn(job, **kwargs)
+        return await self.fn(**kwargs)
 
 
 def task(
@@ -235,6 +242,28 @@ def with_django_connections(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
             return fn(job)
         finally:
             close_old_connections()
+
+    handler.__name__ = getattr(fn, "__name__", "handler")
+    handler.__qualname__ = getattr(fn, "__qualname__", "handler")
+    return handler
+
+
+def with_django_connections_async(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The async twin: Django's connection handling around an ``async def`` task.
+
+    Its ORM calls go through ``sync_to_async`` (thread-sensitive: one shared
+    thread), so old connections are closed in that thread, before and after,
+    as Django's ASGI handler does around a request.
+    """
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    async def handler(job: Any) -> Any:
+        await sync_to_async(close_old_connections)()
+        try:
+            return await fn(job)
+        finally:
+            await sync_to_async(close_old_connections)()
 
     handler.__name__ = getattr(fn, "__name__", "handler")
     handler.__qualname__ = getattr(fn, "__qualname__", "handler")

@@ -26,7 +26,7 @@ from awa_bridge.worker.registry import Handler, Registry
 
 from .conf import AwaSettings, build_schedule, get_settings
 from .db import database_url
-from .tasks import TASKS, AwaTask, atomic_transaction, with_django_connections
+from .tasks import TASKS, AwaTask, atomic_transaction, with_django_connections, with_django_connections_async
 
 log = logging.getLogger("awa_django.worker")
 
@@ -41,7 +41,7 @@ class DjangoRegistry(Registry):
 
     def add_task(self, task: AwaTask) -> Handler:
         if inspect.iscoroutinefunction(task.fn):
-            return self.register(task.kind, task.run, kind=task.kind, queue=task.queue)
+            return self.register(task.kind, with_django_connections_async(task.arun), kind=task.kind, queue=task.queue)
         if task.transactional:
             return self.register(
                 task.kind,

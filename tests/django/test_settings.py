@@ -105,10 +105,13 @@ def test_startup_validation_raises_an_improperly_configured_subclass() -> None:
     assert get_settings().database == "default"  # the override is gone, the cache reset
 
 
+@pytest.mark.django_db
 def test_system_checks(settings) -> None:
     from django.core import checks
 
     assert not [m for m in checks.run_checks() if m.id and m.id.startswith("awa_django")]
+    # With --database: the applied shared migrations match the packaged ones.
+    assert not [m for m in checks.run_checks(databases=["default"]) if m.id and m.id.startswith("awa_django")]
     settings.AWA = {"DATABASE": "jobs"}
     settings.DATABASE_ROUTERS = []
     messages = {m.id: m for m in checks.run_checks() if m.id and m.id.startswith("awa_django")}

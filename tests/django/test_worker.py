@@ -67,15 +67,32 @@ def test_a_superseded_transactional_attempt_rolls_back_its_writes(awa: None) -> 
 
 def test_retries_unknown_kinds_and_periodic_schedules(awa: None) -> None:
     flaky = tasks.flaky.enqueue(fail_times=1)
+    coroutine = tasks.async_note.enqueue("hello")
     unknown = awa_django.insert_job({}, kind="tests.django.testapp.tasks.does_not_exist")
     failing = tasks.always_fails.enqueue("broken")
     with running_worker():
         wait_for(lambda: job_state(flaky.id) == "completed")
+        wait_for(lambda: job_state(coroutine.id) == "completed")
         wait_for(lambda: job_state(unknown.id) == "failed")
         wait_for(lambda: job_state(failing.id) in ("retryable", "failed"))
         schedule = CronJob.objects.get(name="nightly_digest")
     assert Note.objects.filter(text="flaky done on attempt 2").exists()
+    assert Note.objects.filter(text="async:hello").exists()  # async def tasks run on the worker's loop
     assert "unknown job kind" in Job.objects.get(id=unknown.id).errors[0]["error"]
     error = Job.objects.get(id=failing.id).errors[0]
     assert error["type"] == "ValueError" and error["error"] == "broken" and "Traceback" in error["traceback"]
     assert (schedule.kind, schedule.timezone, schedule.args) == ("send_digest", "Europe/London", {"audience": "staff"})
+
+
+def test_run_queued_jobs_runs_everything_due_and_returns(awa: None) -> None:
+    from awa_django.testing import pending_jobs, run_queued_jobs
+
+    order = Order.objects.create(customer="ada@example.com")
+    tasks.send_confirmation.enqueue(order.id)
+    tasks.flaky.enqueue(fail_times=1)  # its retry falls due during the run
+    later = awa_django.insert_job({}, kind="later", run_at="2099-01-01T00:00:00Z")
+    run_queued_jobs()
+    assert pending_jobs() == 0
+    assert Order.objects.get(id=order.id).confirmed
+    assert Note.objects.filter(text="flaky done on attempt 2").exists()
+    assert job_state(later.id) == "scheduled"

@@ -65,6 +65,13 @@ def always_fails(reason: str) -> None:
     raise ValueError(reason)
 
 
+@awa_django.task
+async def async_note(text: str) -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(Note.objects.create)(text=f"async:{text}")
+
+
 def models_f(name: str):
     from django.db.models import F
 
