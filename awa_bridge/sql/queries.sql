@@ -879,3 +879,44 @@ SET priority = aged.effective,
 FROM aged
 WHERE j.id = aged.id AND j.state = 'available' AND aged.effective < j.priority
 RETURNING j.id
+
+-- ---------------------------------------------------------------------------
+-- Job results (awa.job_results, migration v004): a value a handler stored with
+-- job.set_result is inserted by the statement that completes the job, so it
+-- exists exactly when the completion does. The Celery-compatible layer reads
+-- it back (get_job_result) and may raise max_attempts of a running attempt
+-- when self.retry(max_retries=N) asks for more retries than the job was
+-- enqueued with.
+-- ---------------------------------------------------------------------------
+
+-- name: complete_job_with_result
+WITH done AS (
+    UPDATE awa.jobs
+    SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
+        metadata = metadata || CAST(%(metadata)s AS jsonb)
+    WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+    RETURNING id
+), stored AS (
+    INSERT INTO awa.job_results (job_id, result)
+    SELECT id, CAST(%(result)s AS jsonb) FROM done
+    ON CONFLICT (job_id) DO UPDATE SET result = EXCLUDED.result, created_at = now()
+)
+SELECT id FROM done
+
+-- name: get_job_result
+SELECT j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts, j.args, j.metadata,
+       j.errors, j.run_at, j.created_at, j.finalized_at, r.result, (r.job_id IS NOT NULL) AS has_result
+FROM awa.jobs AS j
+LEFT JOIN awa.job_results AS r ON r.job_id = j.id
+WHERE j.id = %(id)s
+
+-- name: raise_max_attempts
+UPDATE awa.jobs
+SET max_attempts = GREATEST(max_attempts, CAST(%(max_attempts)s AS smallint))
+WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+RETURNING max_attempts
+
+-- name: forget_job_result
+DELETE FROM awa.job_results WHERE job_id = %(id)s
+RETURNING job_id

@@ -49,8 +49,18 @@ def complete_params(ctx: JobContext) -> dict[str, Any]:
     return {"id": ctx.id, "lease": ctx.run_lease, "progress": progress, "metadata": metadata}
 
 
+def completion(ctx: JobContext) -> tuple[Any, dict[str, Any]]:
+    """The guarded completion of one job: its query and parameters (with its result, if it set one)."""
+    params = complete_params(ctx)
+    if ctx._result_json is None:
+        return QUERIES["complete_job_with_progress"], params
+    return QUERIES["complete_job_with_result"], {**params, "result": ctx._result_json}
+
+
 def needs_single_write(ctx: JobContext, outcome: Outcome) -> bool:
-    return outcome.state != "completed" or ctx._progress_dirty or bool(ctx._metadata_patch)
+    return (
+        outcome.state != "completed" or ctx._progress_dirty or bool(ctx._metadata_patch) or ctx._result_json is not None
+    )
 
 
 class Completer:
@@ -117,7 +127,7 @@ class Completer:
 async def finalize_one(conn: Any, ctx: JobContext, outcome: Outcome) -> bool:
     """One guarded write for one outcome on ``conn`` (which may be inside a transaction)."""
     if outcome.state == "completed":
-        query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
+        query, params = completion(ctx)
     else:
         query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
     row = await conn.fetchrow(query.numeric, *query.positional(params))

@@ -61,6 +61,7 @@ class JobContext:
     _metadata_patch: dict[str, Any] = field(default_factory=dict, repr=False)
     _task: Any = field(default=None, repr=False)
     callback_id: str | None = field(default=None, repr=False)
+    _result_json: str | None = field(default=None, repr=False)
 
     # -- cancellation ------------------------------------------------------
 
@@ -91,6 +92,16 @@ class JobContext:
         canonical_json(values, "metadata")
         self.metadata.update(values)
         self._metadata_patch.update(values)
+
+    def set_result(self, value: Any) -> None:
+        """Keep ``value`` as the job's result (``awa.job_results``), written with its completion.
+
+        The value is inserted by the same statement that marks the job
+        completed, so it exists exactly when the completion does; an attempt
+        that ends any other way (retry, failure, superseded) drops it. ``None``
+        stores nothing. Raises ``ValidationError`` for a value JSON cannot carry.
+        """
+        self._result_json = None if value is None else canonical_json(value, "result")
 
     def pending_progress(self) -> tuple[str | None, str]:
         """(progress JSON or None, metadata patch JSON) to write with the next guarded update."""

@@ -178,7 +178,7 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
 
     from ..drivers import detect_sync
     from ..sql import QUERIES
-    from .completer import complete_params, finish_params
+    from .completer import completion, finish_params
 
     begin = handler.transaction or runtime.sync_transaction
     outcome: Outcome | None = None
@@ -191,7 +191,7 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
                 ctx.conn = None
             outcome = outcome_for(ctx, result)
             if outcome.state == "completed":
-                query, params = QUERIES["complete_job_with_progress"], complete_params(ctx)
+                query, params = completion(ctx)
             else:
                 query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
             if not detect_sync(conn).fetch_all(query, params):
