@@ -141,8 +141,9 @@ async def test_weighted_mode_shares_a_global_limit(make_client, db_url: str) -> 
     )
     await wait_until(lambda: done["wa"] + done["wb"] == 120, timeout=30)
     assert peak_total <= 4, "the global limit holds"
-    # wa gets 3 slots and wb 1 while both have work: wb finishes far fewer in that time.
-    assert b_done_when_a_reached_30[0] <= 30 / 2, b_done_when_a_reached_30
+    # wa gets 3 slots and wb 1 while both have work: when wa has done 30, wb has done about 10
+    # (an equal split would give 30; wb may briefly hold 3 slots if it claims before wa has work).
+    assert b_done_when_a_reached_30[0] <= 20, b_done_when_a_reached_30
 
 
 async def _run_starvation(make_client, db_url: str, aging: float, window: float) -> tuple[int, str | None, int]:

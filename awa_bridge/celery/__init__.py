@@ -1,0 +1,86 @@
+"""A Celery-compatible task API on awa: a Celery project moves by changing imports.
+
+::
+
+    from awa_bridge.celery import Celery, shared_task      # was: from celery import Celery, shared_task
+    from awa_bridge.celery.schedules import crontab        # was: from celery.schedules import crontab
+
+Tasks are awa jobs (kind = the task's name, args = ``{"args": [...],
+"kwargs": {...}}``), enqueued inside the caller's transaction when there is
+one, run by the awa worker (``app.client()``, or ``manage.py awa_worker``
+with Django), with Celery's retry semantics and results in PostgreSQL. What
+Celery does that awa cannot do faithfully is refused loudly where it is
+written. Guide and option tables: docs/howto/celery.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import states
+from .app import Awa, Celery, current_app
+from .beat import crontab, schedule
+from .errors import (
+    CeleryError,
+    ImproperlyConfigured,
+    MaxRetriesExceededError,
+    NotRegistered,
+    Retry,
+    TaskError,
+    TaskRevokedError,
+    TimeoutError,
+    UnsupportedOption,
+)
+from .result import AsyncResult, EagerResult
+from .task import SHARED_TASKS, Context, Task, build_task
+from .transaction import register_transaction_provider, unregister_transaction_provider
+
+
+def shared_task(*args: Any, **options: Any) -> Any:
+    """``@shared_task`` / ``@shared_task(**options)``: a task every app knows (it runs with the current app)."""
+
+    def decorate(fun: Callable[..., Any]) -> Task:
+        task = build_task(fun, None, options)
+        existing = SHARED_TASKS.get(task.name)
+        if existing is not None and getattr(existing, "__wrapped__", None) is not fun:
+            origin = f"{fun.__module__}.{fun.__qualname__}"
+            old = getattr(existing, "__wrapped__", None)
+            if old is None or f"{old.__module__}.{old.__qualname__}" != origin:
+                from ..errors import ValidationError
+
+                raise ValidationError("name", f"two shared tasks are named {task.name!r}")
+        SHARED_TASKS[task.name] = task
+        return task
+
+    if len(args) == 1 and callable(args[0]) and not options:
+        return decorate(args[0])
+    if args:
+        raise TypeError("shared_task() takes the function, or options as keywords")
+    return decorate
+
+
+__all__ = [
+    "AsyncResult",
+    "Awa",
+    "Celery",
+    "CeleryError",
+    "Context",
+    "EagerResult",
+    "ImproperlyConfigured",
+    "MaxRetriesExceededError",
+    "NotRegistered",
+    "Retry",
+    "Task",
+    "TaskError",
+    "TaskRevokedError",
+    "TimeoutError",
+    "UnsupportedOption",
+    "crontab",
+    "current_app",
+    "register_transaction_provider",
+    "schedule",
+    "shared_task",
+    "states",
+    "unregister_transaction_provider",
+]

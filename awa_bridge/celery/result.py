@@ -1,0 +1,359 @@
+"""``AsyncResult``: a task's state and outcome, read from its job (``awa.jobs`` + ``awa.job_results``).
+
+The id is the job id (a string, as Celery's ids are). States follow
+``states.from_job``. A failed task's error comes back as an exception of its
+original class when that class can be found safely (its module is already
+imported, or is the module of a task of the app) and rebuilt from its
+arguments; otherwise as ``TaskError`` carrying the class path, the message and
+the worker's traceback. Results live exactly as long as their job (the
+worker's retention), after which the id reads as PENDING, as an expired
+result does in Celery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from contextvars import ContextVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..args import canonical_json
+from ..errors import InvalidState, JobNotFound, ValidationError
+from . import states
+from .errors import TaskError, TaskRevokedError, TimeoutError, UnsupportedOption
+
+if TYPE_CHECKING:
+    from .app import Awa
+
+#: True while a task runs in this thread: ``get()`` refuses to block there (as Celery does).
+in_task: ContextVar[bool] = ContextVar("awa_celery_in_task", default=False)
+
+
+def exception_info(exc: BaseException) -> dict[str, Any]:
+    """What is kept of an exception to rebuild it later: class path, message, JSON-able args."""
+    cls = type(exc)
+    info: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc)}
+    try:
+        canonical_json(list(exc.args), "args")
+    except ValidationError:
+        pass
+    else:
+        info["args"] = list(exc.args)
+    return info
+
+
+def rebuild_exception(info: dict[str, Any], allowed_modules: set[str], traceback: str | None = None) -> BaseException:
+    """An exception of the original class when it is found safely, else ``TaskError``."""
+    type_path = str(info.get("type") or "Exception")
+    message = str(info.get("message") or "")
+    cls = _find_class(type_path, allowed_modules)
+    if cls is not None:
+        try:
+            args = info.get("args")
+            exc = cls(*args) if isinstance(args, list) else cls(message)
+        except Exception:
+            pass
+        else:
+            exc.__traceback_text__ = traceback  # type: ignore[attr-defined]
+            return exc
+    return TaskError(type_path, message, traceback)
+
+
+def _find_class(type_path: str, allowed_modules: set[str]) -> type[BaseException] | None:
+    parts = type_path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        module = sys.modules.get(module_name)
+        if module is None and module_name in allowed_modules:
+            try:
+                module = importlib.import_module(module_name)
+            except Exception:
+                return None
+        if module is None:
+            continue
+        found: Any = module
+        for name in parts[cut:]:
+            found = getattr(found, name, None)
+        # Only ordinary errors: never SystemExit, KeyboardInterrupt or other BaseException-only classes.
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+        return None
+    return None
+
+
+class AsyncResult:
+    """A task call's handle: ``AsyncResult(id)`` or what ``delay()`` returned."""
+
+    def __init__(self, id: str | int, app: Awa | None = None, task_name: str | None = None) -> None:
+        self.id = str(id)
+        self._app = app
+        self.task_name = task_name
+        self._row: dict[str, Any] | None = None
+        self._final = False
+
+    @property
+    def app(self) -> Awa:
+        from .app import current_app
+
+        return self._app or current_app()
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult: {self.id}>"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AsyncResult):
+            return other.id == self.id
+        if isinstance(other, str):
+            return other == self.id
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    # -- reading the job ----------------------------------------------------------------
+
+    @property
+    def job_id(self) -> int | None:
+        """The job's id, or None when the id cannot be one (a uuid from eager mode, say)."""
+        return int(self.id) if self.id.isdigit() and 0 < int(self.id) < 2**63 else None
+
+    def _fetch(self) -> dict[str, Any] | None:
+        if self._final:
+            return self._row
+        job_id = self.job_id
+        row = None
+        if job_id is not None:
+            from ..drivers.psycopg import PsycopgSync
+            from ..sql import QUERIES
+
+            rows = PsycopgSync(self.app.connection()).fetch_all(QUERIES["get_job_result"], {"id": job_id})
+            row = rows[0] if rows else None
+        self._row = row
+        self._final = row is not None and states.from_job(row["state"]) in (states.SUCCESS, states.FAILURE)
+        return row
+
+    @property
+    def state(self) -> str:
+        row = self._fetch()
+        return states.from_job(row["state"], row["attempt"]) if row else states.PENDING
+
+    status = state
+
+    def ready(self) -> bool:
+        return self.state in states.READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == states.SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == states.FAILURE
+
+    @property
+    def result(self) -> Any:
+        """The return value (SUCCESS), the error (FAILURE, RETRY, REVOKED), else None."""
+        return self._outcome(self._fetch())
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        row = self._fetch()
+        if row is None or states.from_job(row["state"], row["attempt"]) not in states.EXCEPTION_STATES:
+            return None
+        errors = row["errors"] or []
+        return errors[-1].get("traceback") if errors else None
+
+    @property
+    def date_done(self) -> datetime | None:
+        row = self._fetch()
+        return row["finalized_at"] if row else None
+
+    @property
+    def name(self) -> str | None:
+        row = self._fetch()
+        return row["kind"] if row else self.task_name
+
+    @property
+    def args(self) -> list[Any] | None:
+        row = self._fetch()
+        return (row["args"] or {}).get("args") if row else None
+
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        row = self._fetch()
+        return (row["args"] or {}).get("kwargs") if row else None
+
+    @property
+    def queue(self) -> str | None:
+        row = self._fetch()
+        return row["queue"] if row else None
+
+    @property
+    def retries(self) -> int | None:
+        row = self._fetch()
+        return max(row["attempt"] - 1, 0) if row else None
+
+    def _outcome(self, row: dict[str, Any] | None) -> Any:
+        if row is None:
+            return None
+        state = states.from_job(row["state"], row["attempt"])
+        if state == states.SUCCESS:
+            return row["result"]
+        errors = row["errors"] or []
+        last = errors[-1] if errors else {}
+        if state == states.REVOKED:
+            return TaskRevokedError(last.get("error") or "revoked")
+        if state not in (states.FAILURE, states.RETRY):
+            return None
+        info = ((row["metadata"] or {}).get("celery") or {}).get("exc")
+        # The task's own error when it ended the latest attempt; else what awa
+        # recorded for it (deadline exceeded, rescued after a crash, unknown kind...).
+        if not info or info.get("attempt") != last.get("attempt"):
+            if not last:
+                return None
+            info = {"type": last.get("type") or "Exception", "message": last.get("error") or ""}
+        modules = {getattr(t, "__wrapped__", t).__module__ for t in self.app.tasks.values()}
+        return rebuild_exception(info, modules, last.get("traceback"))
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def get(
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        disable_sync_subtasks: bool = True,
+        **ignored: Any,
+    ) -> Any:
+        """Wait until the task is ready; return its value, or raise its error (``propagate``).
+
+        Polls the job every ``interval`` seconds; past ``timeout`` raises
+        ``TimeoutError``. A REVOKED task raises ``TaskRevokedError``.
+        """
+        if ignored:
+            key = next(iter(ignored))
+            raise UnsupportedOption(key, "AsyncResult.get() takes timeout, propagate, interval, disable_sync_subtasks")
+        if disable_sync_subtasks and in_task.get():
+            raise RuntimeError(
+                "Never call result.get() within a task! (it blocks a worker slot waiting for another job)"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            row = self._fetch()
+            state = states.from_job(row["state"], row["attempt"]) if row else states.PENDING
+            if state in states.READY_STATES:
+                break
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"The operation timed out: task {self.id} still {state} after {timeout} s")
+            time.sleep(interval if deadline is None else max(min(interval, deadline - now), 0.0))
+        value = self._outcome(row)
+        if state != states.SUCCESS and propagate:
+            raise value
+        return value
+
+    wait = get
+
+    # -- acting -------------------------------------------------------------------------------
+
+    def revoke(self, connection: Any = None, terminate: bool = False, signal: Any = None, **options: Any) -> None:
+        """Cancel the job (``admin.cancel_job``): not started yet, it never runs; running, it is
+        told cooperatively (``self.request.job.cancelled``) and its late result is discarded.
+
+        A finished or unknown task is left alone, as in Celery. ``connection``
+        (a sync connection or session) runs the cancel inside that transaction.
+        """
+        from .. import admin
+
+        if signal is not None:
+            raise UnsupportedOption(
+                "signal", "awa cancels cooperatively (the task sees self.request.job.cancelled); no signal is sent"
+            )
+        for key in options:
+            if key not in ("wait", "timeout", "reply"):
+                raise UnsupportedOption(
+                    key,
+                    "AsyncResult.revoke() takes terminate (and wait/timeout, which have "
+                    "nothing to wait for: the cancel is one UPDATE)",
+                )
+        job_id = self.job_id
+        if job_id is None:
+            return
+        try:
+            admin.cancel_job(connection if connection is not None else self.app.connection(), job_id)
+        except (JobNotFound, InvalidState):
+            return
+        self._final = False
+
+    def forget(self) -> None:
+        """Delete the stored return value (the job itself stays until its retention)."""
+        from ..drivers.psycopg import PsycopgSync
+        from ..sql import QUERIES
+
+        if self.job_id is not None:
+            PsycopgSync(self.app.connection()).fetch_all(QUERIES["forget_job_result"], {"id": self.job_id})
+        self._row, self._final = None, False
+
+
+class EagerResult:
+    """The result of a task run in eager mode (``apply()`` / ``task_always_eager``)."""
+
+    def __init__(
+        self, id: str, ret_value: Any, state: str, traceback: str | None = None, name: str | None = None
+    ) -> None:
+        self.id = id
+        self._result = ret_value
+        self._state = state
+        self.traceback = traceback
+        self.name = self.task_name = name
+
+    def __repr__(self) -> str:
+        return f"<EagerResult: {self.id}>"
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    status = state
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    info = result
+
+    def ready(self) -> bool:
+        return True
+
+    def successful(self) -> bool:
+        return self._state == states.SUCCESS
+
+    def failed(self) -> bool:
+        return self._state == states.FAILURE
+
+    def get(self, timeout: float | None = None, propagate: bool = True, **options: Any) -> Any:
+        if self._state in states.PROPAGATE_STATES and propagate:
+            raise self._result
+        return self._result
+
+    wait = get
+
+    def revoke(self, *args: Any, **kwargs: Any) -> None:
+        self._state = states.REVOKED
+        self._result = TaskRevokedError("revoked")
+
+    def forget(self) -> None:
+        pass

@@ -1,0 +1,1 @@
+"""A small Celery project moved to awa by changing imports (see docs/howto/celery.md)."""
