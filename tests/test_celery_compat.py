@@ -173,6 +173,19 @@ def test_bad_option_values_and_shapes_are_refused_up_front() -> None:
         Celery("proj", broker="redis://localhost", set_as_current=False)
     app.config_from_object({"CELERY_TASK_ALWAYS_EAGER": True, "OTHER": 1}, namespace="CELERY")
     assert app.conf.task_always_eager is True
+    typical_django = {  # what Celery's Django guide puts in settings.py, minus the broker
+        "CELERY_ACCEPT_CONTENT": ["json"],
+        "CELERY_TASK_SERIALIZER": "json",
+        "CELERY_RESULT_SERIALIZER": "json",
+        "CELERY_TIMEZONE": "Europe/Paris",
+        "CELERY_TASK_TRACK_STARTED": True,
+        "CELERY_RESULT_EXTENDED": True,
+        "DEBUG": True,
+    }
+    app.config_from_object(typical_django, namespace="CELERY")
+    assert app.conf.timezone == "Europe/Paris"
+    with pytest.raises(UnsupportedOption, match="PostgreSQL"):
+        app.config_from_object({**typical_django, "CELERY_BROKER_URL": "redis://"}, namespace="CELERY")
 
 
 def test_call_options_and_arguments_fail_at_call_time_and_write_nothing(shop: Celery, db_url: str) -> None:

@@ -170,6 +170,7 @@ SETTINGS: dict[str, Any] = {
     "beat_schedule": {},
     "timezone": None,
     "enable_utc": True,
+    "result_extended": True,  # AsyncResult always has name, args, kwargs, queue and retries
     "imports": (),
     "include": (),
     "priority_order": "higher_first",  # awa's own: how to read Celery priorities (see awa_priority)
