@@ -496,3 +496,41 @@ async def test_pause_resume_api_applies_to_a_running_worker(make_client, db_url:
     await wait_until(lambda: job_state(db_url, job_id) == "completed")
     with pytest.raises(awa_bridge.ValidationError, match="queue"):
         pause_queue(db_url, "")
+
+
+async def test_an_outcome_that_cannot_be_written_does_not_block_the_batch(make_client, db_url: str) -> None:
+    """A completion the database refuses for good is isolated; the job is let go and rescued."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            CREATE OR REPLACE FUNCTION pg_temp_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'completion refused for %', NEW.id; END $$;
+            """.replace("pg_temp_refuse", "public.refuse_poison_completion")
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_poison BEFORE UPDATE ON awa.jobs FOR EACH ROW "
+            "WHEN (NEW.kind = 'poison' AND NEW.state = 'completed') EXECUTE FUNCTION public.refuse_poison_completion()"
+        )
+    try:
+        client = make_client()
+
+        @client.task("poison")
+        async def poison(job):
+            pass
+
+        @client.task("fine")
+        async def fine(job):
+            pass
+
+        bad = insert(db_url, {}, kind="poison", max_attempts=2)
+        good = [insert(db_url, {"i": i}, kind="fine") for i in range(5)]
+        await client.start(["default:8"])
+        await wait_until(lambda: all(job_state(db_url, i) == "completed" for i in good))
+        await wait_until(lambda: job_state(db_url, bad) == "failed")
+        row = job_row(db_url, bad)
+        assert row["attempt"] == 2
+        assert [e["type"] for e in row["errors"]] == ["HeartbeatStale", "HeartbeatStale"]
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER IF EXISTS refuse_poison ON awa.jobs")
+            conn.execute("DROP FUNCTION IF EXISTS public.refuse_poison_completion()")

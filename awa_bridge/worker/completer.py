@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..errors import sqlstate_of
 from ..sql import QUERIES
 from .context import JobContext
 from .outcomes import Outcome
@@ -24,6 +25,21 @@ from .outcomes import Outcome
 log = logging.getLogger("awa_bridge.worker")
 
 Finished = Callable[[JobContext, Outcome, bool], None]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A lost connection or server, as opposed to an error in the statement itself."""
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
+        return True
+    name = type(exc).__name__
+    module = type(exc).__module__ or ""
+    if module.startswith("asyncpg") and (
+        "Connection" in name or "Interface" in name or name in ("CannotConnectNowError", "AdminShutdownError")
+    ):
+        return True
+    state = sqlstate_of(exc)
+    # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend).
+    return state is not None and (state.startswith("08") or state.startswith("57P") or state == "40001")
 
 
 def finish_params(ctx: JobContext, outcome: Outcome) -> dict[str, Any]:
@@ -64,11 +80,19 @@ def needs_single_write(ctx: JobContext, outcome: Outcome) -> bool:
 
 
 class Completer:
-    def __init__(self, pool: Any, batch: int, flush_interval: float, on_finished: Finished) -> None:
+    def __init__(
+        self,
+        pool: Any,
+        batch: int,
+        flush_interval: float,
+        on_finished: Finished,
+        on_abandoned: Callable[[JobContext], None],
+    ) -> None:
         self.pool = pool
         self.batch = batch
         self.flush_interval = flush_interval
         self.on_finished = on_finished
+        self.on_abandoned = on_abandoned
         self.pending: list[tuple[JobContext, Outcome]] = []
         self.wake = asyncio.Event()
         self.idle = asyncio.Event()
@@ -98,9 +122,36 @@ class Completer:
             try:
                 await self.flush(items)
             except Exception as exc:
-                log.warning("finalizing %d job(s) failed (%s); retrying", len(items), exc)
-                self.pending[:0] = items
-                await asyncio.sleep(0.5)
+                if is_transient(exc):
+                    log.warning("finalizing %d job(s) failed (%s); retrying", len(items), exc)
+                    self.pending[:0] = items
+                    await asyncio.sleep(0.5)
+                else:
+                    await self.flush_one_by_one(items, exc)
+
+    async def flush_one_by_one(self, items: list[tuple[JobContext, Outcome]], cause: Exception) -> None:
+        """A statement failed for a reason retrying will not fix: isolate the job(s) it concerns.
+
+        A job whose outcome cannot be written at all is let go: its heartbeats
+        stop, the leader rescues it, and its attempts bound how often that
+        repeats. The rest of the batch is finalized as usual.
+        """
+        log.warning("a batch of %d outcome(s) failed (%s); writing them one by one", len(items), cause)
+        for item in items:
+            try:
+                await self.flush([item])
+            except Exception as exc:
+                if is_transient(exc):
+                    self.pending.append(item)
+                    continue
+                ctx, outcome = item
+                log.error(
+                    "job %s: cannot record its %s outcome (%s); letting it go for the leader to rescue",
+                    ctx.id,
+                    outcome.label,
+                    exc,
+                )
+                self.on_abandoned(ctx)
 
     async def flush(self, items: list[tuple[JobContext, Outcome]]) -> None:
         simple = [(c, o) for c, o in items if not needs_single_write(c, o)]

@@ -122,7 +122,9 @@ class Runtime:
         )
         sync_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(sync_slots, 256))
-        self.completer = Completer(self.pool, self.config.completion_batch, self.config.completion_flush, self.finished)
+        self.completer = Completer(
+            self.pool, self.config.completion_batch, self.config.completion_flush, self.finished, self.abandon
+        )
         self.heartbeat = HeartbeatThread(self.database_url, self.config.heartbeat_interval, self.held, self._superseded)
         self.heartbeat.start()
         self.listener = Listener(self.database_url, self._notified)
@@ -320,6 +322,12 @@ class Runtime:
         if outcome.label != "completed":
             log.info("job %s (%s): %s", ctx.id, ctx.kind, outcome.label)
         self.hooks.fire(outcome.label, ctx)
+
+    def abandon(self, ctx: JobContext) -> None:
+        """Stop holding an attempt whose outcome cannot be written (the leader will rescue it)."""
+        with self.inflight_lock:
+            if self.inflight.get(ctx.id) is ctx:
+                del self.inflight[ctx.id]
 
     def held(self) -> list[tuple[int, int]]:
         with self.inflight_lock:
