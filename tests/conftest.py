@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -128,3 +129,22 @@ def count_rows(url: str, sql: str = "SELECT count(*) FROM awa.jobs", params: tup
     """Count from an independent connection (sees only committed rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
         return int(conn.execute(sql, params).fetchone()[0])
+
+
+@pytest.fixture
+async def make_client(db_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """Factory of worker Clients on the test database with short timings; all shut down afterwards."""
+    from awa_bridge.worker import Client
+
+    from .waiting import FAST
+
+    clients: list[Client] = []
+
+    def make(**timings: Any) -> Client:
+        client = Client(db_url, **{**FAST, **timings})
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.shutdown(timeout=2)

@@ -10,7 +10,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,11 +21,10 @@ import pytest
 import awa_bridge
 from awa_bridge import admin, cli
 from awa_bridge.errors import InvalidState, JobNotFound, UniqueConflict, ValidationError
-from awa_bridge.worker import Client
 from awa_bridge.worker.config import QueueConfig
 
 from .dbutil import with_driver
-from .waiting import FAST, job_row, job_state, wait_until
+from .waiting import job_row, job_state, wait_until
 
 
 @dataclass
@@ -188,20 +187,6 @@ def test_cancel_applies_to_every_unfinished_state(db_url: str, state: str) -> No
 def test_cancel_rejects_finished_jobs(db_url: str, state: str) -> None:
     job_id = job_in(db_url, state)
     assert_rejected(db_url, InvalidState, lambda: admin.cancel_job(db_url, job_id), match=f"it is {state}")
-
-
-@pytest.fixture
-async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
-    clients: list[Client] = []
-
-    def make(**timings: Any) -> Client:
-        client = Client(db_url, **{**FAST, **timings})
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.shutdown(timeout=1)
 
 
 async def test_cancelling_a_running_job_is_observed_by_its_handler_and_fences_its_completion(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -14,31 +14,9 @@ import pytest
 import awa_bridge
 from awa_bridge import CallbackNotFound, CallbackNotWaiting, StaleAttempt, ValidationError, WaitForCallback
 from awa_bridge.callbacks import callback_url, sign_callback, verify_callback
-from awa_bridge.worker import Client
 from awa_bridge.worker.config import QueueConfig
 
-from .waiting import FAST, job_row, job_state, wait_until
-
-
-@pytest.fixture
-async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
-    clients: list[Client] = []
-
-    def make(**timings: Any) -> Client:
-        client = Client(db_url, **{**FAST, **timings})
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.shutdown(timeout=1)
-
-
-def insert(url: str, args: Any, **opts: Any) -> int:
-    with psycopg.connect(url) as conn:
-        job = awa_bridge.insert_job_sync(conn, args, **opts)
-        conn.commit()
-    return job.id
+from .waiting import insert, job_row, job_state, wait_until
 
 
 async def park(make_client, db_url: str, kind: str = "charge", timeout: float = 60, **opts: Any):

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,20 +50,6 @@ async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
     connection = await asyncpg.connect(db_url)
     yield connection
     await connection.close()
-
-
-@pytest.fixture
-async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
-    clients: list[Client] = []
-
-    def make(**timings: Any) -> Client:
-        client = Client(db_url, **{**FAST, **timings})
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.shutdown(timeout=1)
 
 
 def declare(url: str, *schedules: PeriodicJob, now: datetime = T0) -> list[str]:

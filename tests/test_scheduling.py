@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,11 +12,10 @@ import psycopg
 import pytest
 
 import awa_bridge
-from awa_bridge.worker import Client
 from awa_bridge.worker.config import QueueConfig
 from awa_bridge.worker.scheduling import TokenBucket, overflow_shares, weighted_allowance
 
-from .waiting import FAST, job_row, job_state, wait_until
+from .waiting import job_row, job_state, wait_until
 
 
 @dataclass(eq=False)
@@ -73,20 +71,6 @@ def test_bad_scheduling_settings_name_the_setting() -> None:
             QueueConfig("q", **kwargs)
     with pytest.raises(awa_bridge.ValidationError, match="global_max_workers"):
         awa_bridge.worker.WorkerConfig(global_max_workers=0)
-
-
-@pytest.fixture
-async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
-    clients: list[Client] = []
-
-    def make(**timings: Any) -> Client:
-        client = Client(db_url, **{**FAST, **timings})
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.shutdown(timeout=2)
 
 
 def insert_many(url: str, count: int, **opts: Any) -> None:

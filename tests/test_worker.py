@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,10 +13,10 @@ import pydantic
 import pytest
 
 import awa_bridge
-from awa_bridge.worker import Cancel, Client, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
+from awa_bridge.worker import Cancel, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
 from awa_bridge.worker.config import QueueConfig
 
-from .waiting import FAST, job_row, job_state, wait_until
+from .waiting import insert, job_row, job_state, wait_until
 
 
 @dataclass
@@ -28,27 +27,6 @@ class Greet:
 class Resize(pydantic.BaseModel):
     url: str
     width: int
-
-
-@pytest.fixture
-async def make_client(db_url: str) -> AsyncIterator[Callable[..., Client]]:
-    clients: list[Client] = []
-
-    def make(**timings: Any) -> Client:
-        client = Client(db_url, **{**FAST, **timings})
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.shutdown(timeout=1)
-
-
-def insert(url: str, args: Any, **opts: Any) -> int:
-    with psycopg.connect(url) as conn:
-        job = awa_bridge.insert_job_sync(conn, args, **opts)
-        conn.commit()
-    return job.id
 
 
 async def test_async_and_sync_handlers_complete_with_decoded_args(make_client, db_url: str) -> None:

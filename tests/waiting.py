@@ -51,3 +51,13 @@ def job_state(url: str, job_id: int) -> str | None:
 def states(url: str, sql: str = "SELECT state::text, count(*) FROM awa.jobs GROUP BY 1") -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
         return dict(conn.execute(sql).fetchall())
+
+
+def insert(url: str, args: Any, **opts: Any) -> int:
+    """Enqueue one job in its own committed transaction; return its id."""
+    import awa_bridge
+
+    with psycopg.connect(url) as conn:
+        job = awa_bridge.insert_job_sync(conn, args, **opts)
+        conn.commit()
+    return job.id
