@@ -56,7 +56,7 @@ def run_job_action(url: str, ns: argparse.Namespace) -> int:
 
 
 def run_queue_action(url: str, ns: argparse.Namespace) -> int:
-    """``queues pause|resume NAME`` and ``queues stats [NAME]``."""
+    """``queues pause|resume NAME``, and ``queues [stats] [NAME]`` (the listing is the fast stats query)."""
     from .cli import _print_table
 
     action = ns.action

@@ -125,14 +125,9 @@ def _cmd_jobs(ns: argparse.Namespace) -> int:
 
 
 def _cmd_queues(ns: argparse.Namespace) -> int:
-    if ns.action != "list":
-        from .admin_cli import run_queue_action
+    from .admin_cli import run_queue_action
 
-        return run_queue_action(_database_url(ns.database_url), ns)
-    rows = _query(_database_url(ns.database_url), "queue_overview", {})
-    columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
-    _print_table(rows, [*columns, "failed", "lag_seconds"])
-    return 0
+    return run_queue_action(_database_url(ns.database_url), ns)
 
 
 def build_parser() -> argparse.ArgumentParser:

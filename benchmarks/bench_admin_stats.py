@@ -13,7 +13,7 @@ waiting_external, failed). Two ways to load (``--load``):
 * ``sql``: ``INSERT ... SELECT generate_series`` straight into completed.
 
 It then times ``awa_bridge.admin.queue_stats`` (all queues, and one queue)
-and, for comparison, the CLI's older ``queue_overview`` listing, twice: right
+and, for comparison, a naive ``GROUP BY queue, state``, twice: right
 after the load (only ANALYZE, the visibility map still empty: the worst case
 for index-only scans) and after VACUUM (what autovacuum leaves). It prints
 p50 / p95 / max over ``--runs`` calls and the EXPLAIN (ANALYZE, BUFFERS) plan
@@ -155,12 +155,6 @@ def measure(conn: psycopg.Connection[Any], label: str, runs: int, show_plan: boo
     cases: list[tuple[str, Callable[[], Any], str, dict[str, Any]]] = [
         ("admin.queue_stats() (all 8 queues)", lambda: admin.queue_stats(conn), stats_sql, {"queue": None}),
         ("admin.queue_stats('q3')", lambda: admin.queue_stats(conn, "q3"), stats_sql, {"queue": "q3"}),
-        (
-            "queue_overview (CLI `queues` listing)",
-            lambda: conn.execute(QUERIES["queue_overview"].pyformat).fetchall(),
-            QUERIES["queue_overview"].pyformat,
-            {},
-        ),
         ("naive GROUP BY queue, state (baseline)", lambda: conn.execute(NAIVE).fetchall(), NAIVE, {}),
     ]
     results = {}

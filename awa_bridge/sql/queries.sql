@@ -323,31 +323,6 @@ WHERE (CAST(%(queue)s AS text) IS NULL OR queue = %(queue)s)
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: queue_overview
--- Per queue: counts of the live states, and the lag of the oldest available job.
-SELECT q.queue,
-       count(*) FILTER (WHERE j.state = 'available') AS available,
-       count(*) FILTER (WHERE j.state = 'running') AS running,
-       count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-       count(*) FILTER (WHERE j.state = 'retryable') AS retryable,
-       count(*) FILTER (WHERE j.state = 'waiting_external') AS waiting_external,
-       count(*) FILTER (WHERE j.state = 'failed') AS failed,
-       EXTRACT(EPOCH FROM now() - min(j.run_at) FILTER (WHERE j.state = 'available')) AS lag_seconds,
-       COALESCE(bool_or(m.paused), false) AS paused
-FROM (SELECT DISTINCT queue FROM awa.jobs UNION SELECT queue FROM awa.queue_meta) AS q
-LEFT JOIN awa.jobs AS j
-       ON j.queue = q.queue AND j.state IN ('available', 'running', 'scheduled', 'retryable',
-                                            'waiting_external', 'failed')
-LEFT JOIN awa.queue_meta AS m ON m.queue = q.queue
-GROUP BY q.queue
-ORDER BY q.queue
-
--- ---------------------------------------------------------------------------
--- Periodic jobs (awa_bridge.cron, worker/maintenance/cron.py). last_enqueued_at
--- is the fire time of the last occurrence enqueued; only the leader's fire
--- transaction (or resume with skip_missed) moves it.
--- ---------------------------------------------------------------------------
-
 -- name: upsert_cron_job
 -- A declaration: insert, or replace the definition columns when one differs.
 -- last_enqueued_at, paused_at/paused_by and created_at are never touched.
