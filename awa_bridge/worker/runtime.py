@@ -406,6 +406,8 @@ class Runtime:
                     min_size=1,
                     max_size=self._handler_pool_size(),
                     open=True,
+                    # A connection the server dropped while idle would cost a handler its attempt.
+                    check=ConnectionPool.check_connection,
                     kwargs={"application_name": "awa-handler"},
                 )
         with self._sync_pool.connection() as conn:
