@@ -33,9 +33,8 @@ def is_transient(exc: BaseException) -> bool:
         return True
     name = type(exc).__name__
     module = type(exc).__module__ or ""
-    if module.startswith("asyncpg") and (
-        "Connection" in name or "Interface" in name or name in ("CannotConnectNowError", "AdminShutdownError")
-    ):
+    asyncpg_lost = ("CannotConnectNowError", "AdminShutdownError", "InternalClientError")
+    if module.startswith("asyncpg") and ("Connection" in name or "Interface" in name or name in asyncpg_lost):
         return True
     state = sqlstate_of(exc)
     # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend).
