@@ -149,8 +149,27 @@ def _run_each(
         model_admin.message_user(request, reason, messages.ERROR)
 
 
+class ReadOnlyModelAdmin(admin.ModelAdmin):
+    """Rows change only through awa_bridge operations (the admin actions), never a change form.
+
+    ``deletable`` lets a page keep Django's delete permission (jobs); the others refuse it.
+    """
+
+    deletable = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.deletable and super().has_delete_permission(request, obj)
+
+
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyModelAdmin):
+    deletable = True  # guarded by Django's delete permission, through awa_bridge.admin.delete_job
     list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "created_at", "age")
     list_display_links = ("id", "kind")
     list_filter = (StateFilter, QueueFilter, KindFilter)
@@ -195,12 +214,6 @@ class JobAdmin(admin.ModelAdmin):
     )
 
     # -- permissions -----------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("awa_django.retry_job")
@@ -367,19 +380,10 @@ def _ids(queryset: Any) -> list[int]:
 
 
 @admin.register(QueueMeta)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(ReadOnlyModelAdmin):
     """One row per queue: live counts by state, failed, completions in the last hour, lag, pause/resume."""
 
     change_list_template = "admin/awa_django/queuemeta/change_list.html"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("awa_django.pause_queue")
@@ -421,7 +425,7 @@ class QueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(CronJob)
-class CronJobAdmin(admin.ModelAdmin):
+class CronJobAdmin(ReadOnlyModelAdmin):
     list_display = ("name", "cron_expr", "timezone", "kind", "queue", "next_fire", "last_enqueued_at", "paused_label")
     readonly_fields = (
         "name",
@@ -443,15 +447,6 @@ class CronJobAdmin(admin.ModelAdmin):
     )
     fields = readonly_fields
     actions = ("trigger_schedules", "pause_schedules", "resume_schedules")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("awa_django.pause_cronjob")
