@@ -148,3 +148,31 @@ async def make_client(db_url: str) -> AsyncIterator[Callable[..., Any]]:
     yield make
     for client in clients:
         await client.shutdown(timeout=2)
+
+
+# -- worker subprocesses (tests/procs.py): a ledger database, a probe, and the workers started ----
+
+
+@pytest.fixture
+def app_db(db_url: str) -> str:
+    """The test database with the ledger table the worker_app handlers write to."""
+    from .procs import create_ledger
+
+    create_ledger(db_url)
+    return db_url
+
+
+@pytest.fixture
+def probe(app_db: str) -> Iterator[Any]:
+    from .procs import Probe
+
+    probe = Probe(app_db)
+    yield probe
+    probe.close()
+
+
+@pytest.fixture
+def workers(app_db: str) -> Iterator[Any]:
+    from .procs import workers_fixture
+
+    yield from workers_fixture(app_db)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,29 +19,11 @@ import pytest
 
 import awa_bridge
 
-from .procs import Probe, Producer, Workers, create_ledger, scaled, unique_queue, wait_for, workers_fixture
+from .procs import Probe, Producer, Workers, create_ledger, scaled, unique_queue, wait_for
 
 pytestmark = pytest.mark.slow
 
 AWA_BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'awa-%%' AND datname = current_database()"
-
-
-@pytest.fixture
-def app_db(db_url: str) -> str:
-    create_ledger(db_url)
-    return db_url
-
-
-@pytest.fixture
-def probe(app_db: str) -> Iterator[Probe]:
-    probe = Probe(app_db)
-    yield probe
-    probe.close()
-
-
-@pytest.fixture
-def workers(app_db: str) -> Iterator[Workers]:
-    yield from workers_fixture(app_db)
 
 
 def enqueue_many(url: str, kind: str, queue: str, count: int) -> None:

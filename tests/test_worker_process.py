@@ -13,38 +13,18 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
-import pytest
 
 import awa_bridge
 
-from .procs import Probe, Workers, create_ledger, scaled, unique_queue, wait_for, workers_fixture
+from .procs import Probe, Workers, scaled, unique_queue, wait_for
 
 STALENESS = 0.25
 RESCUE_INTERVAL = 0.1
 ELECTION_INTERVAL = 0.2
-
-
-@pytest.fixture
-def app_db(db_url: str) -> str:
-    create_ledger(db_url)
-    return db_url
-
-
-@pytest.fixture
-def probe(app_db: str) -> Iterator[Probe]:
-    probe = Probe(app_db)
-    yield probe
-    probe.close()
-
-
-@pytest.fixture
-def workers(app_db: str) -> Iterator[Workers]:
-    yield from workers_fixture(app_db)
 
 
 def enqueue(url: str, kind: str, queue: str, count: int = 1, **opts: Any) -> list[int]:
