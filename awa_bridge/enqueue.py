@@ -10,14 +10,15 @@ or roll back, so the job commits or rolls back with the caller's own rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from .args import canonical_json, coerce_args
-from .drivers import detect_async, detect_sync
-from .drivers.base import Row
+from .conntypes import AsyncConnection, SyncConnection
+from .drivers import detect_async, detect_sync, is_async_connection
+from .drivers.base import AsyncDriver, Row, SyncDriver
 from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
 from .sql import QUERIES
 from .types import InsertManyResult, Job, JobState
@@ -252,18 +253,38 @@ def _as_prepared(args: Any, opts: dict[str, Any]) -> PreparedJob:
     return prepare_job(args, **opts)
 
 
-async def insert_job(conn: Any, args: Any, **opts: Any) -> Job:
-    """Insert one job on an async connection, inside the caller's transaction.
+@overload
+def insert_job(conn: AsyncConnection, args: Any, **opts: Any) -> Coroutine[Any, Any, Job]: ...
+@overload
+def insert_job(conn: SyncConnection, args: Any, **opts: Any) -> Job: ...
+def insert_job(conn: Any, args: Any, **opts: Any) -> Job | Coroutine[Any, Any, Job]:
+    """Insert one job on the caller's connection, inside the caller's transaction.
 
-    ``conn``: asyncpg ``Connection`` (or pooled), psycopg ``AsyncConnection``,
-    SQLAlchemy ``AsyncConnection`` or ``AsyncSession``. Options are those of
-    ``prepare_job``. A duplicate unique key raises ``UniqueConflict`` (and, as
-    with any failed statement, aborts the caller's transaction or savepoint).
+    On a sync connection (psycopg ``Connection``, SQLAlchemy ``Connection`` /
+    ``Session`` / ``scoped_session``, Django's connection) the job is written
+    now and the ``Job`` returned. On an async one (asyncpg ``Connection`` or
+    pooled, psycopg ``AsyncConnection``, SQLAlchemy ``AsyncConnection`` /
+    ``AsyncSession``) an awaitable is returned: ``job = await insert_job(conn,
+    args)``. Either way the arguments are validated at the call, so bad input
+    raises ``ValidationError`` before anything reaches PostgreSQL. Options are
+    those of ``prepare_job``. A duplicate unique key raises ``UniqueConflict``
+    (and, as with any failed statement, aborts the caller's transaction or
+    savepoint).
     """
     prepared = _as_prepared(args, opts)
-    driver = detect_async(conn)
+    if is_async_connection(conn):
+        return _insert_async(detect_async(conn), prepared)
+    return _insert_sync(detect_sync(conn), prepared)
+
+
+def insert_job_sync(conn: SyncConnection, args: Any, **opts: Any) -> Job:
+    """``insert_job`` for sync connections only: an async connection is refused with a hint."""
+    return _insert_sync(detect_sync(conn), _as_prepared(args, opts))
+
+
+def _insert_sync(driver: SyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = await driver.fetch_all(QUERIES["insert_job"], prepared.params())
+        rows = driver.fetch_all(QUERIES["insert_job"], prepared.params())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:
@@ -272,16 +293,9 @@ async def insert_job(conn: Any, args: Any, **opts: Any) -> Job:
     return prepared.inserted(rows[0])
 
 
-def insert_job_sync(conn: Any, args: Any, **opts: Any) -> Job:
-    """Insert one job on a sync connection, inside the caller's transaction.
-
-    ``conn``: psycopg ``Connection``, SQLAlchemy ``Connection`` or ``Session``,
-    or Django's connection. See ``insert_job`` for the rest.
-    """
-    prepared = _as_prepared(args, opts)
-    driver = detect_sync(conn)
+async def _insert_async(driver: AsyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = driver.fetch_all(QUERIES["insert_job"], prepared.params())
+        rows = await driver.fetch_all(QUERIES["insert_job"], prepared.params())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:
@@ -380,16 +394,36 @@ def _bulk_plan(rows: list[tuple[Any, ...]], any_unique: bool) -> Iterator[tuple[
     yield "query", "clear_insert_stage"
 
 
-def insert_many_sync(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
-    """Insert many jobs with COPY on a sync connection, in the caller's transaction.
+@overload
+def insert_many(conn: AsyncConnection, jobs: Iterable[Any], **opts: Any) -> Coroutine[Any, Any, InsertManyResult]: ...
+@overload
+def insert_many(conn: SyncConnection, jobs: Iterable[Any], **opts: Any) -> InsertManyResult: ...
+def insert_many(
+    conn: Any, jobs: Iterable[Any], **opts: Any
+) -> InsertManyResult | Coroutine[Any, Any, InsertManyResult]:
+    """Insert many jobs with COPY on the caller's connection, in the caller's transaction.
 
-    ``jobs`` holds args objects (sharing ``opts``) or ``PreparedJob`` values.
-    Unique duplicates are skipped and counted, not raised.
+    ``jobs`` holds args objects (sharing ``opts``) or ``PreparedJob`` values;
+    all are validated at the call. Unique duplicates are skipped and counted,
+    not raised. Like ``insert_job``: on a sync connection it runs now and
+    returns the ``InsertManyResult``, on an async one it returns an awaitable.
     """
     rows, any_unique = _bulk_rows(jobs, opts)
+    if is_async_connection(conn):
+        return _insert_many_async(detect_async(conn), rows, any_unique)
+    return _insert_many_on(detect_sync(conn), rows, any_unique)
+
+
+def insert_many_sync(conn: SyncConnection, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
+    """``insert_many`` for sync connections only: an async connection is refused with a hint."""
+    driver = detect_sync(conn)
+    rows, any_unique = _bulk_rows(jobs, opts)
+    return _insert_many_on(driver, rows, any_unique)
+
+
+def _insert_many_on(driver: SyncDriver, rows: list[tuple[Any, ...]], any_unique: bool) -> InsertManyResult:
     if not rows:
         return InsertManyResult(inserted=0, skipped_duplicates=0)
-    driver = detect_sync(conn)
     inserted = len(rows)
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":
@@ -401,12 +435,9 @@ def insert_many_sync(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyR
     return InsertManyResult(inserted=inserted, skipped_duplicates=len(rows) - inserted)
 
 
-async def insert_many(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
-    """Async form of ``insert_many_sync``."""
-    rows, any_unique = _bulk_rows(jobs, opts)
+async def _insert_many_async(driver: AsyncDriver, rows: list[tuple[Any, ...]], any_unique: bool) -> InsertManyResult:
     if not rows:
         return InsertManyResult(inserted=0, skipped_duplicates=0)
-    driver = detect_async(conn)
     inserted = len(rows)
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":

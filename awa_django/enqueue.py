@@ -16,7 +16,7 @@ def insert_job(args: Any, *, using: str | None = None, **opts: Any) -> Job:
 
     Inside ``transaction.atomic(using=...)`` the job commits or rolls back
     with the ORM writes around it. ``args`` and ``opts`` are those of
-    ``awa_bridge.insert_job_sync`` (a dataclass, a pydantic model or a dict
+    ``awa_bridge.insert_job`` (a dataclass, a pydantic model or a dict
     with ``kind=``; ``queue``, ``priority``, ``run_at``, ``unique`` ...).
     """
     return awa_bridge.insert_job_sync(awa_connection(using), args, **opts)

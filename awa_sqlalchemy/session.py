@@ -15,7 +15,7 @@ flush first::
         order = Order(customer=email)
         session.add(order)
         session.flush()                       # INSERT ... RETURNING id: order.id is set
-        insert_job_sync(session, SendOrderConfirmation(order_id=order.id))
+        insert_job(session, SendOrderConfirmation(order_id=order.id))
 
 (``await session.flush()`` on an ``AsyncSession``.) The flush only sends the
 INSERT; the order and the job still commit together.
@@ -23,11 +23,11 @@ INSERT; the order and the job still commit together.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, overload
 
 import awa_bridge
-from awa_bridge import InsertManyResult, UnsupportedConnection
+from awa_bridge import InsertManyResult, Job, UnsupportedConnection
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -40,83 +40,66 @@ if TYPE_CHECKING:
 __all__ = ["insert_job", "insert_job_sync", "insert_many", "insert_many_sync"]
 
 
-def _sync_target(session: Any) -> Any:
-    """The ``Session`` / ``Connection`` to run on, or a clear error for anything else."""
+def _target(session: Any) -> Any:
+    """``session`` itself when it is a SQLAlchemy session or connection (sync or async), else a clear error."""
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
     from sqlalchemy.orm import Session, scoped_session
 
-    if isinstance(session, scoped_session):
-        session = session()  # the registry's Session for this thread
-    if isinstance(session, Session | Connection):
+    supported = (Session, Connection, scoped_session, AsyncSession, AsyncConnection, async_scoped_session)
+    if isinstance(session, supported):
         return session
-    if isinstance(session, AsyncSession | AsyncConnection | async_scoped_session):
-        raise UnsupportedConnection(
-            f"{type(session).__name__} is asynchronous: use `await awa_sqlalchemy.insert_job(...)` "
-            "(or insert_many) instead of the _sync form"
-        )
     raise UnsupportedConnection(
-        f"awa_sqlalchemy needs a SQLAlchemy Session or Connection, got {type(session).__module__}."
-        f"{type(session).__qualname__}; for other connections use awa_bridge.insert_job_sync"
+        f"awa_sqlalchemy needs a SQLAlchemy Session, Connection, AsyncSession or AsyncConnection, got "
+        f"{type(session).__module__}.{type(session).__qualname__}; for other connections use awa_bridge.insert_job"
     )
 
 
-def _async_target(session: Any) -> Any:
-    """The ``AsyncSession`` / ``AsyncConnection`` to run on, or a clear error for anything else."""
-    from sqlalchemy.engine import Connection
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
-    from sqlalchemy.orm import Session, scoped_session
+@overload
+def insert_job(session: AsyncTarget, args: Any, **opts: Any) -> Coroutine[Any, Any, Job]: ...
+@overload
+def insert_job(session: SyncTarget, args: Any, **opts: Any) -> Job: ...
+def insert_job(session: Any, args: Any, **opts: Any) -> Job | Coroutine[Any, Any, Job]:
+    """Insert one job on a session or connection, in its current transaction.
 
-    if isinstance(session, async_scoped_session):
-        session = session()  # the registry's AsyncSession for this scope
-    if isinstance(session, AsyncSession | AsyncConnection):
-        return session
-    if isinstance(session, Session | Connection | scoped_session):
-        raise UnsupportedConnection(
-            f"{type(session).__name__} is synchronous: use awa_sqlalchemy.insert_job_sync(...) "
-            "(or insert_many_sync) instead of the async form"
-        )
-    raise UnsupportedConnection(
-        f"awa_sqlalchemy needs a SQLAlchemy AsyncSession or AsyncConnection, got {type(session).__module__}."
-        f"{type(session).__qualname__}; for other connections use awa_bridge.insert_job"
-    )
-
-
-async def insert_job(session: AsyncTarget, args: Any, **opts: Any) -> awa_bridge.Job:
-    """Insert one job on an ``AsyncSession`` / ``AsyncConnection``, in its current transaction.
-
-    Works on the asyncpg and the psycopg dialects. ``args`` and the options
-    (``queue``, ``priority``, ``max_attempts``, ``run_at``, ``metadata``,
-    ``tags``, ``unique``, ``ordering_key``, ``kind``) are those of
+    On a ``Session`` / ``Connection`` / ``scoped_session`` the job is written
+    now and returned; on an ``AsyncSession`` / ``AsyncConnection`` the call
+    returns an awaitable (``await insert_job(session, args)``). Works on the
+    psycopg and asyncpg dialects. ``args`` and the options (``queue``,
+    ``priority``, ``max_attempts``, ``run_at``, ``metadata``, ``tags``,
+    ``unique``, ``ordering_key``, ``kind``) are those of
     ``awa_bridge.insert_job``. Returns the inserted row as an
-    ``awa_bridge.Job`` (a plain dataclass; ``await session.get(awa_sqlalchemy.Job,
+    ``awa_bridge.Job`` (a plain dataclass; ``session.get(awa_sqlalchemy.Job,
     job.id)`` loads the mapped object). A duplicate unique key raises
     ``awa_bridge.UniqueConflict`` and, like any failed statement, aborts the
     transaction: wrap the call in ``session.begin_nested()`` to carry on.
     """
-    return await awa_bridge.insert_job(_async_target(session), args, **opts)
+    return awa_bridge.insert_job(_target(session), args, **opts)
 
 
-def insert_job_sync(session: SyncTarget, args: Any, **opts: Any) -> awa_bridge.Job:
-    """Insert one job on a ``Session`` / ``Connection``, in its current transaction.
-
-    See ``insert_job`` for the arguments and errors. A ``scoped_session`` is
-    accepted and resolved to the current thread's ``Session``.
-    """
-    return awa_bridge.insert_job_sync(_sync_target(session), args, **opts)
+def insert_job_sync(session: SyncTarget, args: Any, **opts: Any) -> Job:
+    """``insert_job`` for sync sessions only (an async one is refused with a hint)."""
+    return awa_bridge.insert_job_sync(_target(session), args, **opts)
 
 
-async def insert_many(session: AsyncTarget, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
-    """Insert many jobs with COPY on an ``AsyncSession`` / ``AsyncConnection``, in its transaction.
+@overload
+def insert_many(session: AsyncTarget, jobs: Iterable[Any], **opts: Any) -> Coroutine[Any, Any, InsertManyResult]: ...
+@overload
+def insert_many(session: SyncTarget, jobs: Iterable[Any], **opts: Any) -> InsertManyResult: ...
+def insert_many(
+    session: Any, jobs: Iterable[Any], **opts: Any
+) -> InsertManyResult | Coroutine[Any, Any, InsertManyResult]:
+    """Insert many jobs with COPY on a session or connection, in its transaction.
 
     ``jobs`` holds args objects sharing ``opts``, or ``awa_bridge.prepare_job``
     values. Unique duplicates are skipped and counted in the result, not
-    raised. COPY runs on the session's underlying asyncpg or psycopg
-    connection, inside the transaction SQLAlchemy began.
+    raised. COPY runs on the session's underlying psycopg (or, async, asyncpg)
+    connection, inside the transaction SQLAlchemy began. Sync sessions return
+    the result; async ones an awaitable, as ``insert_job``.
     """
-    return await awa_bridge.insert_many(_async_target(session), jobs, **opts)
+    return awa_bridge.insert_many(_target(session), jobs, **opts)
 
 
 def insert_many_sync(session: SyncTarget, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
-    """Insert many jobs with COPY on a ``Session`` / ``Connection`` (psycopg 3 dialect), in its transaction."""
-    return awa_bridge.insert_many_sync(_sync_target(session), jobs, **opts)
+    """``insert_many`` for sync sessions only (psycopg 3 dialect)."""
+    return awa_bridge.insert_many_sync(_target(session), jobs, **opts)

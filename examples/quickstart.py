@@ -29,7 +29,7 @@ def place_order(conn: psycopg.Connection, customer: str, fail: bool = False) -> 
     """An application write and its job, in ONE transaction."""
     with conn.transaction():
         order_id = conn.execute("INSERT INTO orders (customer) VALUES (%s) RETURNING id", (customer,)).fetchone()[0]
-        job = awa_bridge.insert_job_sync(conn, SendConfirmationEmail(order_id=order_id, to=customer))
+        job = awa_bridge.insert_job(conn, SendConfirmationEmail(order_id=order_id, to=customer))
         print(f"  order {order_id} for {customer}: enqueued job {job.id} ({job.kind}, {job.state.value})")
         if fail:
             raise RuntimeError("payment declined")

@@ -19,7 +19,7 @@ import pytest
 from awa_bridge import migrate
 from awa_bridge.embedded import start_embedded
 
-from .dbutil import create_database, django_database, drop_database
+from .dbutil import EMPTY_AWA_TABLES, create_database, django_database, drop_database
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +48,7 @@ def migrated_url(server_url: str) -> Iterator[str]:
 def db_url(migrated_url: str) -> str:
     """The session's migrated database, with every awa table emptied."""
     with psycopg.connect(migrated_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, awa.queue_rollups RESTART IDENTITY CASCADE")
+        conn.execute(EMPTY_AWA_TABLES)
         conn.execute("DROP TABLE IF EXISTS app_orders")
         conn.execute("CREATE TABLE app_orders (id serial PRIMARY KEY, note text NOT NULL)")
     return migrated_url

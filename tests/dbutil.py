@@ -7,6 +7,12 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
 
+#: Empties every awa table a test may have written (the schema stays).
+EMPTY_AWA_TABLES = (
+    "TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, "
+    "awa.queue_rollups RESTART IDENTITY CASCADE"
+)
+
 
 def with_dbname(url: str, dbname: str) -> str:
     """Same server and credentials, another database."""

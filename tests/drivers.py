@@ -7,6 +7,7 @@ row, enqueue, commit / roll back, and roll back a savepoint.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +17,12 @@ import awa_bridge
 from .dbutil import with_driver
 
 APP_INSERT = "INSERT INTO app_orders (note) VALUES (%(note)s)"
+
+
+def sync_result(value: Any) -> Any:
+    """What a sync call returned, checked: a result, never an awaitable that would drop the job."""
+    assert not inspect.isawaitable(value), f"a sync connection got an awaitable back: {value!r}"
+    return value
 
 
 class Handle:
@@ -116,10 +123,10 @@ class PsycopgHandle(Handle):
         self.conn.execute(APP_INSERT, {"note": note})
 
     async def insert(self, args: Any, **opts: Any) -> awa_bridge.Job:
-        return awa_bridge.insert_job_sync(self.conn, args, **opts)
+        return sync_result(awa_bridge.insert_job(self.conn, args, **opts))
 
     async def insert_many(self, jobs: list[Any], **opts: Any) -> awa_bridge.InsertManyResult:
-        return awa_bridge.insert_many_sync(self.conn, jobs, **opts)
+        return sync_result(awa_bridge.insert_many(self.conn, jobs, **opts))
 
     @asynccontextmanager
     async def savepoint_rolled_back(self) -> AsyncIterator[None]:
@@ -201,10 +208,10 @@ class SQLAlchemyHandle(Handle):
         self.conn.execute(text("INSERT INTO app_orders (note) VALUES (:note)"), {"note": note})
 
     async def insert(self, args: Any, **opts: Any) -> awa_bridge.Job:
-        return awa_bridge.insert_job_sync(self.conn, args, **opts)
+        return sync_result(awa_bridge.insert_job(self.conn, args, **opts))
 
     async def insert_many(self, jobs: list[Any], **opts: Any) -> awa_bridge.InsertManyResult:
-        return awa_bridge.insert_many_sync(self.conn, jobs, **opts)
+        return sync_result(awa_bridge.insert_many(self.conn, jobs, **opts))
 
     @asynccontextmanager
     async def savepoint_rolled_back(self) -> AsyncIterator[None]:
@@ -299,10 +306,10 @@ class DjangoHandle(Handle):
             cursor.execute(APP_INSERT, {"note": note})
 
     async def insert(self, args: Any, **opts: Any) -> awa_bridge.Job:
-        return awa_bridge.insert_job_sync(self.conn, args, **opts)
+        return sync_result(awa_bridge.insert_job(self.conn, args, **opts))
 
     async def insert_many(self, jobs: list[Any], **opts: Any) -> awa_bridge.InsertManyResult:
-        return awa_bridge.insert_many_sync(self.conn, jobs, **opts)
+        return sync_result(awa_bridge.insert_many(self.conn, jobs, **opts))
 
     @asynccontextmanager
     async def savepoint_rolled_back(self) -> AsyncIterator[None]:

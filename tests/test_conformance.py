@@ -8,6 +8,7 @@ from an independent connection.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 from collections.abc import AsyncIterator
@@ -174,9 +175,41 @@ def test_wrong_connection_type_lists_the_supported_ones() -> None:
     assert isinstance(info.value, awa_bridge.UnsupportedConnection)
 
 
-async def test_sync_connection_on_async_api_says_so(db_url: str) -> None:
-    with psycopg.connect(db_url) as conn, pytest.raises(TypeError, match="insert_job_sync"):
-        await awa_bridge.insert_job(conn, {"a": 1}, kind="k")
+async def test_one_name_for_sync_and_async_connections(db_url: str) -> None:
+    """``insert_job`` runs at once on a sync connection and returns an awaitable on an async one.
+
+    Awaiting the sync form is a loud TypeError (not a dropped job), and the
+    ``_sync`` alias refuses an async connection with a hint.
+    """
+    with psycopg.connect(db_url) as conn:
+        job = awa_bridge.insert_job(conn, {"a": 1}, kind="k")
+        assert isinstance(job, awa_bridge.Job)
+        result = awa_bridge.insert_many(conn, [{"a": 2}], kind="k")
+        assert isinstance(result, awa_bridge.InsertManyResult)
+        conn.commit()
+    assert committed_jobs(db_url) == 2
+    with pytest.raises(TypeError, match="await"), psycopg.connect(db_url) as conn:
+        await awa_bridge.insert_job(conn, {"a": 3}, kind="k")  # type: ignore[misc]
+    assert committed_jobs(db_url) == 2  # the error left the block, which rolled back
+    async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+        pending = awa_bridge.insert_job(aconn, {"a": 4}, kind="k")
+        assert inspect.iscoroutine(pending)
+        await pending
+        with pytest.raises(TypeError, match="async connection: await the async API"):
+            awa_bridge.insert_job_sync(aconn, {"a": 5}, kind="k")  # type: ignore[arg-type]
+        await aconn.commit()
+    assert committed_jobs(db_url) == 3
+
+
+def test_bad_input_on_an_async_connection_raises_at_the_call(db_url: str) -> None:
+    """Validation happens before the awaitable exists: nothing to await, nothing written."""
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            with pytest.raises(awa_bridge.ValidationError, match="priority"):
+                awa_bridge.insert_job(aconn, {"a": 1}, kind="k", priority=9)
+
+    asyncio.run(main())
     assert committed_jobs(db_url) == 0
 
 

@@ -50,6 +50,7 @@ def test_wheel_ships_packages_and_identical_migrations(wheel: Path) -> None:
         names = set(archive.namelist())
         for package in ("awa_bridge", "awa_django", "awa_sqlalchemy"):
             assert f"{package}/__init__.py" in names, f"{package} missing from {wheel.name}"
+            assert f"{package}/py.typed" in names, f"{package} ships no py.typed: type checkers would ignore its hints"
         assert "awa_bridge/sql/queries.sql" in names
 
         packaged = sorted(n for n in names if n.startswith("awa_bridge/_migrations/"))

@@ -247,17 +247,25 @@ async def test_async_scoped_sessions_are_resolved(db_url: str) -> None:
     assert jobs(db_url) == [("scoped", {"via": "async scoped"}, "available")]
 
 
+def test_insert_job_on_a_sync_session_writes_the_job_and_returns_it(sync_engine: Engine, db_url: str) -> None:
+    """The ORM form: ``insert_job(session, args)`` with a plain sync Session, no await (issue 10)."""
+    with Session(sync_engine) as session, session.begin():
+        job = insert_job(session, {"n": 1}, kind="sync_form")
+        result = insert_many(session, [{"n": 2}, {"n": 3}], kind="sync_form")
+    assert isinstance(job, awa_bridge.Job) and job.id > 0
+    assert result == awa_bridge.InsertManyResult(inserted=2, skipped_duplicates=0)
+    assert [kind for kind, _, _ in jobs(db_url)] == ["sync_form"] * 3
+
+
 async def test_wrong_session_kind_gets_a_clear_error(sync_engine: Engine, async_engine: AsyncEngine) -> None:
-    with Session(sync_engine) as session:
-        with pytest.raises(UnsupportedConnection, match=r"synchronous: use awa_sqlalchemy\.insert_job_sync"):
-            await insert_job(session, {}, kind="k")
-        with pytest.raises(UnsupportedConnection, match="synchronous"):
-            await insert_many(session, [{}], kind="k")
     async with AsyncSession(async_engine) as asession:
-        with pytest.raises(UnsupportedConnection, match=r"asynchronous: use `await awa_sqlalchemy\.insert_job"):
+        with pytest.raises(UnsupportedConnection, match=r"async connection: await the async API"):
             insert_job_sync(asession, {}, kind="k")
-    with pytest.raises(UnsupportedConnection, match="needs a SQLAlchemy Session or Connection"):
-        insert_job_sync(object(), {}, kind="k")
+        with pytest.raises(UnsupportedConnection, match=r"async connection: await the async API"):
+            insert_many_sync(asession, [{}], kind="k")
+    for call in (insert_job, insert_job_sync):
+        with pytest.raises(UnsupportedConnection, match="needs a SQLAlchemy Session, Connection"):
+            call(object(), {}, kind="k")  # type: ignore[call-overload, arg-type]
     assert isinstance(UnsupportedConnection("x"), TypeError)
 
 

@@ -13,7 +13,7 @@ from .base import AsyncDriver, SyncDriver
 
 SUPPORTED = (
     "asyncpg Connection (or one acquired from a Pool), psycopg Connection and AsyncConnection, "
-    "SQLAlchemy Connection, Session, AsyncConnection and AsyncSession, "
+    "SQLAlchemy Connection, Session, AsyncConnection and AsyncSession (scoped or not), "
     "and Django's connection (django.db.connection or connections[alias])"
 )
 
@@ -46,6 +46,10 @@ def _classify_type(cls: type) -> str:
             return "sqlalchemy-async"
         if name in {"Connection", "Session"}:
             return "sqlalchemy"
+        if name == "async_scoped_session":
+            return "sqlalchemy-async-scoped"
+        if name == "scoped_session":
+            return "sqlalchemy-scoped"
     if top == "django" or module.startswith("django.") or _is_django_wrapper(cls):
         return "django"
     # Subclasses (for example a Session subclass of the application's own).
@@ -75,9 +79,20 @@ def _unsupported(conn: Any, hint: str = "") -> UnsupportedConnection:
     )
 
 
+_ASYNC_KINDS = frozenset({"asyncpg", "psycopg-async", "sqlalchemy-async", "sqlalchemy-async-scoped"})
+
+
+def is_async_connection(conn: Any) -> bool:
+    """True for the connection types whose statements are awaited (asyncpg, psycopg async, SQLAlchemy async)."""
+    return _classify(conn) in _ASYNC_KINDS
+
+
 def detect_sync(conn: Any) -> SyncDriver:
     """Adapter for a synchronous connection, or a TypeError naming the supported types."""
     kind = _classify(conn)
+    if kind == "sqlalchemy-scoped":
+        conn = conn()  # the registry's Session for this thread
+        kind = "sqlalchemy"
     if kind == "psycopg":
         from .psycopg import PsycopgSync
 
@@ -95,13 +110,16 @@ def detect_sync(conn: Any) -> SyncDriver:
         from .django import DjangoSync
 
         return DjangoSync(conn)
-    hint = "; this is an async connection: use the async API (await insert_job(...))" if kind else ""
+    hint = "; this is an async connection: await the async API (await insert_job(...))" if kind else ""
     raise _unsupported(conn, hint)
 
 
 def detect_async(conn: Any) -> AsyncDriver:
     """Adapter for an asynchronous connection, or a TypeError naming the supported types."""
     kind = _classify(conn)
+    if kind == "sqlalchemy-async-scoped":
+        conn = conn()  # the registry's AsyncSession for this scope
+        kind = "sqlalchemy-async"
     if kind == "asyncpg":
         from .asyncpg import Asyncpg
 
@@ -114,5 +132,5 @@ def detect_async(conn: Any) -> AsyncDriver:
         from .sqlalchemy import SQLAlchemyAsync
 
         return SQLAlchemyAsync(conn)
-    hint = "; this is a sync connection: use insert_job_sync(...)" if kind else ""
+    hint = "; this is a sync connection: call the sync API (insert_job(...) without await)" if kind else ""
     raise _unsupported(conn, hint)

@@ -10,6 +10,8 @@ import pytest
 
 from awa_django.testing import running_worker
 
+from ..dbutil import EMPTY_AWA_TABLES
+
 __all__ = ["job_state", "running_worker", "wait_for"]
 
 TIMEOUT = 15.0
@@ -21,7 +23,7 @@ def awa(transactional_db: None) -> Iterator[None]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, awa.queue_rollups RESTART IDENTITY CASCADE")
+        cursor.execute(EMPTY_AWA_TABLES)
     yield
     connection.close()
 
