@@ -159,3 +159,13 @@ async def tx_effect_async(job: Any) -> None:
 def tx_lost_connection(job: Any) -> None:
     record(job)
     job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+class GatewayTimeout(Exception):
+    """What a flaky upstream raises; the worker's log must name it."""
+
+
+@client.task("flaky_upstream")
+def flaky_upstream(job: Any) -> None:
+    record(job)
+    raise GatewayTimeout("upstream answered 504")

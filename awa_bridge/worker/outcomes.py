@@ -7,6 +7,7 @@ until attempts run out.
 
 from __future__ import annotations
 
+import logging
 import random
 import traceback
 from dataclasses import dataclass, field
@@ -110,3 +111,48 @@ def outcome_of_exception(exc: BaseException, attempt: int, max_attempts: int) ->
     if attempt >= max_attempts:
         return Outcome("failed", error=error_record(exc, attempt), label="exhausted")
     return Outcome("retryable", delay=delay, error=error_record(exc, attempt), label="retried")
+
+
+def log_outcome(log: logging.Logger, job: Any, outcome: Outcome) -> None:
+    """Tell an operator what became of an attempt, at the level it deserves.
+
+    A retry is a WARNING naming the error and when the job runs again; a
+    failure for good is an ERROR with the traceback; a cancel, snooze or wait
+    is INFO; a plain completion is not logged (it is the normal case, and
+    hooks or DEBUG logging can report it). ``job`` is the attempt's context
+    (id, kind, queue, attempt, max_attempts). The fields are also passed as
+    ``extra`` (``awa_job_id``, ``awa_kind`` ...) for structured log handlers.
+    """
+    if outcome.label == "completed":
+        return
+    where = f"job {job.id} ({job.kind} on {job.queue}, attempt {job.attempt}/{job.max_attempts})"
+    error = outcome.error or {}
+    what = f"{error.get('type', 'Error')}: {error.get('error', '')}".rstrip(": ")
+    extra = {
+        "awa_job_id": job.id,
+        "awa_kind": job.kind,
+        "awa_queue": job.queue,
+        "awa_attempt": job.attempt,
+        "awa_outcome": outcome.label,
+    }
+    if outcome.label == "retried":
+        log.warning("%s: %s; retry in %s", where, what, _seconds(outcome.delay), extra=extra)
+    elif outcome.label == "exhausted":
+        trace = str(error.get("traceback") or "").rstrip()
+        log.error("%s failed for good: %s%s", where, what, f"\n{trace}" if trace else "", extra=extra)
+    elif outcome.label == "snoozed":
+        log.info("%s snoozed for %s (attempt not spent)", where, _seconds(outcome.delay), extra=extra)
+    elif outcome.label == "cancelled":
+        log.info("%s cancelled: %s", where, error.get("error") or "by its handler", extra=extra)
+    else:
+        log.info("%s: %s", where, outcome.label, extra=extra)
+
+
+def _seconds(value: float) -> str:
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 120:
+        return f"{value:.0f} s"
+    if value < 7200:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"

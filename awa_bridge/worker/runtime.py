@@ -32,7 +32,7 @@ from .hooks import Hooks
 from .listener import Listener
 from .maintenance import Maintenance
 from .maintenance.aging import age_priorities
-from .outcomes import Outcome, error_record
+from .outcomes import Outcome, error_record, log_outcome
 from .registry import Registry
 from .scheduling import TokenBucket, weighted_allowance
 from .threads import DaemonThreadPool
@@ -319,8 +319,7 @@ class Runtime:
                 ctx.run_lease,
             )
             return
-        if outcome.label != "completed":
-            log.info("job %s (%s): %s", ctx.id, ctx.kind, outcome.label)
+        log_outcome(log, ctx, outcome)
         self.hooks.fire(outcome.label, ctx)
 
     def abandon(self, ctx: JobContext) -> None:
