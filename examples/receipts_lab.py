@@ -409,17 +409,19 @@ def print_table(results: dict[str, dict[str, Any]], trace: bool) -> None:
             for line in result["trace"]:
                 print(f"    {line}")
         print()
-    header = f"{'case':<70} {'starts':>6} {'requests':>8} {'delivered':>9} {'db effects':>10}  job"
-    print(header)
-    print("-" * (len(header) + 40))
+    titles = {name: f"({name}) {result['title']}" for name, result in results.items()}
+    width = max(map(len, titles.values()))
+    rows = []
     for name, result in results.items():
-        title = f"({name}) {result['title']}"
         counts = [result[k] for k in ("handler_starts", "external_requests", "delivered_receipts", "db_effects")]
-        row = f"{title:<70} {cell(counts[0]):>6} {cell(counts[1]):>8} {cell(counts[2]):>9} {cell(counts[3]):>10}"
-        print(f"{row}  {result['job']}")
+        numbers = f"{cell(counts[0]):>6} {cell(counts[1]):>8} {cell(counts[2]):>9} {cell(counts[3]):>10}"
+        rows.append(f"{titles[name]:<{width}} {numbers}  {result['job']}")
         if not result["as_expected"]:
-            expected = result["expected"]
-            print(f"    UNEXPECTED: wanted {' / '.join(cell(v) if not isinstance(v, str) else v for v in expected)}")
+            wanted = " / ".join(value if isinstance(value, str) else cell(value) for value in result["expected"])
+            rows.append(f"    UNEXPECTED: wanted {wanted}")
+    print(f"{'case':<{width}} {'starts':>6} {'requests':>8} {'delivered':>9} {'db effects':>10}  job")
+    print("-" * max(map(len, rows)))
+    print("\n".join(rows))
 
 
 def main() -> int:
