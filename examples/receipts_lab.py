@@ -254,9 +254,16 @@ class Lab:
             conn.commit()
         self.jobs.setdefault(case.name, []).append(job.id)
 
+    def row(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        """The one row a lab query returns."""
+        found = self.conn.execute(sql, params).fetchone()
+        if found is None:
+            raise LookupError(f"no row for {sql!r} {params!r}")
+        return found
+
     def state(self, case: str, index: int = 0) -> str:
         job_id = self.jobs[case][index]
-        return str(self.conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)).fetchone()[0])
+        return str(self.row("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,))[0])
 
     def traced(self, case: str, event: str) -> bool:
         row = self.conn.execute(
@@ -313,11 +320,11 @@ class Lab:
         return stats
 
     def job_summary(self, job_id: int) -> dict[str, Any]:
-        state, attempt, errors, metadata, callback_id, finalized_at = self.conn.execute(
+        state, attempt, errors, metadata, callback_id, finalized_at = self.row(
             "SELECT state::text, attempt, to_jsonb(errors), metadata, callback_id::text, finalized_at "
             "FROM awa.jobs WHERE id = %s",
             (job_id,),
-        ).fetchone()
+        )
         label = state
         if state == "failed":
             label = f"failed: {(errors or [{}])[-1].get('error', '?').split(':')[0]}"
@@ -336,12 +343,12 @@ class Lab:
 
     def report(self) -> dict[str, dict[str, Any]]:
         stats = self.provider_stats()
-        started = self.conn.execute(f"SELECT min(at) FROM {SCHEMA}.trace").fetchone()[0]
+        started = self.row(f"SELECT min(at) FROM {SCHEMA}.trace")[0]
         results = {}
         for case in CASES:
-            starts = self.conn.execute(
+            starts = self.row(
                 f"SELECT count(*) FROM {SCHEMA}.trace WHERE case_name = %s AND event = 'handler started'", (case.name,)
-            ).fetchone()[0]
+            )[0]
             effects = self.conn.execute(
                 f"SELECT attempt FROM {SCHEMA}.effects WHERE case_name = %s ORDER BY id", (case.name,)
             ).fetchall()

@@ -106,9 +106,10 @@ class ProviderRefused(Exception):
 def order_email(order: str) -> dict[str, Any]:
     """The email's payload, built from the order as it is NOW (an edited order changes it)."""
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        email, amount = conn.execute(
-            f"SELECT email, amount_cents FROM {SCHEMA}.orders WHERE order_id = %s", (order,)
-        ).fetchone()
+        row = conn.execute(f"SELECT email, amount_cents FROM {SCHEMA}.orders WHERE order_id = %s", (order,)).fetchone()
+    if row is None:
+        raise LookupError(f"no order {order!r}")
+    email, amount = row
     return {"to": email, "subject": f"Your receipt for {order}", "amount_cents": amount}
 
 
@@ -207,11 +208,13 @@ def email_ack_first(job: Any) -> None:
 
 def save_refund(conn: psycopg.Connection[Any], job: Any) -> int:
     """The business effect: one refund row (think: money sent to a customer)."""
-    return conn.execute(
+    row = conn.execute(
         f"INSERT INTO {SCHEMA}.effects (case_name, job_id, attempt, order_id, amount_cents) "
         "VALUES (%s, %s, %s, %s, %s) RETURNING id",
         (job.args["case"], job.id, job.attempt, job.args["order"], job.args["amount_cents"]),
-    ).fetchone()[0]
+    ).fetchone()
+    assert row is not None  # INSERT ... RETURNING returns the row
+    return int(row[0])
 
 
 @client.task("lab_refund")
