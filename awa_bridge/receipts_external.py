@@ -182,8 +182,8 @@ def external_effect(
     An exception from ``send`` leaves the claim pending (outcome unknown).
     """
     call = _prepare(tenant, operation_key, payload, send, idempotent, record)
-    driver = detect_sync(conn)
-    with committed_transaction(conn):
+    with committed_transaction(conn):  # checks the connection type and that no transaction is open
+        driver = detect_sync(conn)
         decided = _after_claim(call, _claim_sync(driver, call))
     if isinstance(decided, ExternalEffect):
         return decided
@@ -216,8 +216,8 @@ async def external_effect_async(
     ``send`` and ``record`` may be coroutine functions.
     """
     call = _prepare(tenant, operation_key, payload, send, idempotent, record)
-    driver = detect_async(conn)
-    async with committed_transaction_async(conn):
+    async with committed_transaction_async(conn):  # checks the connection type and that no transaction is open
+        driver = detect_async(conn)
         decided = _after_claim(call, await _claim_async(driver, call))
     if isinstance(decided, ExternalEffect):
         return decided

@@ -125,7 +125,8 @@ def post_email(job: Any, account: str, message: dict[str, Any], key: str | None)
         with urllib.request.urlopen(request, timeout=5) as response:
             answer: dict[str, Any] = json.loads(response.read())
     except urllib.error.HTTPError as error:
-        raise ProviderRefused(error.code, json.loads(error.read() or b"{}")) from None
+        with error:
+            raise ProviderRefused(error.code, json.loads(error.read() or b"{}")) from None
     how = "replayed the original answer" if answer.get("replayed") else "delivered"
     trace(job, "provider answered", f"{answer['message_id']} {how} (key {key or 'none'})")
     return answer

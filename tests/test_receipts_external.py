@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 import awa_bridge
-from awa_bridge.errors import OutcomeUnknown, ReceiptConflict, ReceiptNotFound, ValidationError
+from awa_bridge.errors import OutcomeUnknown, ReceiptConflict, ReceiptNotFound, UnsupportedConnection, ValidationError
 from awa_bridge.receipts import (
     ExternalEffect,
     external_effect,
@@ -82,7 +82,8 @@ class Mail:
             with urllib.request.urlopen(request, timeout=5) as response:
                 answer: dict[str, Any] = json.loads(response.read())
         except urllib.error.HTTPError as error:
-            raise RuntimeError(f"provider answered {error.code}: {error.read().decode()}") from None
+            with error:
+                raise RuntimeError(f"provider answered {error.code}: {error.read().decode()}") from None
         return {"message_id": answer["message_id"], "replayed": answer["replayed"]}
 
     def counts(self) -> tuple[int, int]:
@@ -269,6 +270,44 @@ def test_bad_input_is_rejected_before_anything_is_written(db_url: str, kwargs: d
             external_effect(conn, **args)
     assert info.value.field == field
     assert count_rows(db_url, "SELECT count(*) FROM awa.receipts") == 0
+
+
+async def test_the_wrong_form_for_the_connection_is_named(db_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+        with pytest.raises(UnsupportedConnection, match="async connection: use the async form"):
+            external_effect(aconn, "acme", "k", {}, lambda key: 1, idempotent=True)
+    with psycopg.connect(db_url) as conn:
+        with pytest.raises(UnsupportedConnection, match="sync connection: use the sync form"):
+            await external_effect_async(conn, "acme", "k", {}, lambda key: 1, idempotent=True)
+        with pytest.raises(UnsupportedConnection, match=r"unsupported connection object builtins\.str"):
+            external_effect("postgresql://", "acme", "k", {}, lambda key: 1, idempotent=True)
+
+
+def test_the_provider_listens_on_loopback_only_and_stops_by_itself(tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    command = [sys.executable, str(REPO / "examples" / "receipts_lab_provider.py"), "--port-file", str(port_file)]
+    proc = subprocess.Popen([*command, "--lifetime", "2", "--max-requests", "3"])
+    try:
+        asyncio.run(wait_until(lambda: port_file.exists() or proc.poll() is not None))
+        port = int(port_file.read_text())
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+        assert listening.split()[3] == f"127.0.0.1:{port}", listening
+        bad = urllib.request.Request(f"http://127.0.0.1:{port}/plain/v1/messages", b"[]", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(bad, timeout=5)
+        assert info.value.code == 400
+        info.value.close()
+        for _ in range(2):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5).close()
+        with pytest.raises(urllib.error.HTTPError) as info:  # the 4th request is over the limit
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5)
+        assert info.value.code == 503
+        info.value.close()
+        assert proc.wait(10) == 0  # and it stopped on its own
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_release_and_resolve_settle_a_pending_receipt(db_url: str) -> None:
