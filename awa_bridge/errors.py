@@ -138,9 +138,12 @@ class OutcomeUnknown(AwaError):
     """An earlier attempt started this effect but its outcome was never recorded.
 
     Happens when the receipt was committed before the effect finished (the
-    external-effect pattern) and the process stopped in between. Reconcile
-    with the provider (the idempotency key identifies the request), then
-    record what happened with ``awa_bridge.receipts.resolve_receipt``.
+    external-effect pattern: ``external_effect(..., idempotent=False)``) and
+    the process stopped in between. A handler parks its job with
+    ``park_for_reconciliation``. Reconcile with the provider (the idempotency
+    key identifies the request), then record what happened with
+    ``awa_bridge.receipts.resolve_receipt``, or ``release_receipt`` if the
+    provider never acted.
     """
 
     def __init__(self, tenant: str, operation_key: str, started_at: Any) -> None:
@@ -149,7 +152,8 @@ class OutcomeUnknown(AwaError):
         self.started_at = started_at
         super().__init__(
             f"operation key {operation_key!r} (tenant {tenant!r}) was started at {started_at} and its outcome "
-            "was never recorded: reconcile it with the provider, then call resolve_receipt(); "
+            "was never recorded: reconcile it with the provider, then call resolve_receipt() (or release_receipt() "
+            "if the provider never acted); "
             "it is not retried blindly"
         )
 

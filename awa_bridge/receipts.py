@@ -23,14 +23,16 @@ silent repeat. Concurrent first attempts serialize on the key: the second
 waits for the first's transaction, then sees its receipt (or, if it rolled
 back, claims the key itself).
 
-External effects (an email or payment API) cannot join the transaction.
-Claim the key and commit first (an autocommit connection does that), pass
-``r.idempotency_key`` to the provider as its idempotency key, then save the
-outcome. If the process dies in between, the next attempt finds a receipt
-without outcome and raises ``OutcomeUnknown``: the effect may or may not have
-happened, so it is reported for reconciliation, never blindly retried.
-After checking with the provider, record what happened with
-``resolve_receipt``.
+External effects (an email or payment API) cannot join the transaction:
+``external_effect(conn, tenant, key, payload, send, idempotent=...,
+record=...)`` (``external_effect_async`` for async connections, defined in
+``receipts_external``) commits the claim, calls ``send(idempotency_key)``
+and records the outcome with the caller's business effect. A repeat after
+an unknown outcome re-sends with the same key when the provider is declared
+idempotent; otherwise it raises ``OutcomeUnknown`` (report it, never blindly
+retry: ``park_for_reconciliation`` parks the job), and after checking with
+the provider an operator records what happened with ``resolve_receipt``, or
+``release_receipt`` when the provider never acted.
 
 Works on every connection the bridge supports (psycopg, SQLAlchemy, Django;
 asyncpg, psycopg async and SQLAlchemy async with ``async with`` /
@@ -57,16 +59,23 @@ from .errors import AwaError, OutcomeUnknown, ReceiptConflict, ReceiptNotFound, 
 from .sql import QUERIES
 
 __all__ = [
+    "DEFAULT_PARK_SECONDS",
     "AsyncReceipt",
+    "ExternalEffect",
     "Receipt",
     "ReceiptRecord",
+    "external_effect",
+    "external_effect_async",
     "fingerprint",
     "get_receipt",
     "idempotency_key",
+    "park_for_reconciliation",
+    "park_for_reconciliation_async",
     "prune_receipts",
     "receipt",
     "record_effect",
     "record_effect_async",
+    "release_receipt",
     "resolve_receipt",
 ]
 
@@ -391,6 +400,24 @@ def resolve_receipt(conn: Any, tenant: str, operation_key: str, payload: Any, ou
     return dataclasses.replace(existing, outcome=outcome, recorded_at=rows[0]["recorded_at"])
 
 
+def release_receipt(conn: Any, tenant: str, operation_key: str, payload: Any) -> None:
+    """Forget a pending receipt after reconciling that the provider never acted on it.
+
+    The next attempt then claims the key and sends afresh. Raises
+    ``ReceiptNotFound`` unless a receipt without outcome exists for that key
+    and payload (a recorded outcome is never released; a different payload is
+    ``ReceiptConflict``).
+    """
+    existing = get_receipt(conn, tenant, operation_key)
+    fp = fingerprint(payload)
+    if existing is not None and existing.payload_fingerprint != fp:
+        raise ReceiptConflict(tenant, operation_key, existing.payload_fingerprint, fp)
+    params = {"tenant": tenant, "operation_key": operation_key, "fingerprint": fp}
+    if existing is None or not detect_sync(conn).fetch_all(QUERIES["release_receipt"], params):
+        state = "no receipt" if existing is None else "no pending receipt (its outcome is recorded)"
+        raise ReceiptNotFound(f"{state} for operation key {operation_key!r} (tenant {tenant!r})")
+
+
 def prune_receipts(conn: Any, older_than_seconds: float, tenant: str | None = None) -> int:
     """Delete recorded receipts created more than ``older_than_seconds`` ago; returns how many.
 
@@ -405,3 +432,14 @@ def prune_receipts(conn: Any, older_than_seconds: float, tenant: str | None = No
         _check_key(tenant, "-")
     params = {"older_than_seconds": float(older_than_seconds), "tenant": tenant}
     return int(detect_sync(conn).fetch_all(QUERIES["prune_receipts"], params)[0]["deleted"])
+
+
+# The external-effect helper lives in its own module (it needs the pieces above).
+from .receipts_external import (  # noqa: E402
+    DEFAULT_PARK_SECONDS,
+    ExternalEffect,
+    external_effect,
+    external_effect_async,
+    park_for_reconciliation,
+    park_for_reconciliation_async,
+)

@@ -1,31 +1,55 @@
-"""Receipts lab: what happens to a business effect when the worker dies in the crash window.
+"""Receipts lab: one job, how many receipts? What the crash window does to an effect.
 
     python examples/receipts_lab.py            # DATABASE_URL, else an embedded PostgreSQL
+    python examples/receipts_lab.py --json     # the same, results as JSON on stdout
+    python examples/receipts_lab.py --trace    # also every case's trace, line by line
 
-A job's handler commits its effect (a refund row) in the application's own
-transaction; the worker acknowledges the job (marks it completed) after the
-handler returns. A worker that stops between the two is the crash window:
-the job is rescued and delivered again. This lab runs four jobs through a
-REAL worker process (``python -m awa_bridge worker
-receipts_lab_worker:client``), kills it with SIGKILL while they sit in that
-window, starts a second worker, and reports for each case the deliveries,
-the saved effects and the trace lines that prove them:
+A worker runs a job's handler, the handler makes an effect, and the worker
+acknowledges the job (marks it completed) after the handler returns. A worker
+that stops in between is the crash window: the job is rescued and a
+replacement worker runs the handler again. The lab starts a local mail
+provider in its own process (``receipts_lab_provider.py``, HTTP on 127.0.0.1
+only, stops by itself) and a REAL worker process (``python -m awa_bridge
+worker receipts_lab_worker:client``), lets every case reach its crash
+instant, kills the worker with SIGKILL, starts a replacement, and prints
+per case the handler starts, the requests the provider received, the
+receipts it delivered, the database effects and the final job state.
 
-(a) normal: no crash; one delivery, one effect.
-(b) duplicate effect without receipts: the effect committed, the worker
-    was killed before acknowledging, the job was rescued and ran again:
-    two effects.
-(c) effect reused with receipts: the same crash, but the effect's
-    transaction also recorded a receipt (tenant, operation key, payload
-    fingerprint, outcome); the second delivery finds it and reuses the
-    outcome: one effect.
-(d) acknowledgement before the effect: the handler returned first (the job
-    is completed) and left the effect to an in-memory queue; the worker was
-    killed before it ran: zero effects, and nothing will ever retry it.
+Outside the database (a receipt email):
 
-All writes are real PostgreSQL writes in a throwaway database created on the
-server (dropped at the end; ``--keep`` keeps it). Worker timings: heartbeat
-0.1 s, staleness 0.5 s, rescue every 0.2 s, so the lab takes a few seconds.
+(a) normal: receipts + idempotent provider, no crash: 1 / 1 / 1.
+(b) naive send, killed after sending: 2 starts / 2 requests / 2 receipts.
+(c) the provider remembers a stable operation key (no receipt): 2 / 2 / 1.
+(d) receipts + idempotent provider, killed after the send and before the
+    outcome is saved: the replacement re-sends with the same key, the
+    provider replays its answer, the outcome is recorded, the job
+    completes: 2 / 2 / 1, no operator needed.
+(e) receipts + a provider that is NOT idempotent, same crash: the outcome
+    is unknown; it is never re-sent; the job is parked in
+    ``waiting_external`` for reconciliation: 2 / 1 / 1.
+(f) acknowledgement before the effect: the email waited in memory and died
+    with the worker: 1 / 0 / 0, and the job says completed.
+(g) conflict: killed after sending, then the order is edited, so the same
+    operation key now comes with a changed payload. The receipts table
+    refuses it (``ReceiptConflict``, no request) and so does the provider
+    when a second job sends it with the same key (422
+    ``operation_conflict``): one receipt delivered, both jobs failed.
+
+In the database (a refund row):
+
+(db-a) normal: 1 start, 1 effect.
+(db-b) effect committed in the application's own transaction, killed
+       before the acknowledgement: 2 / 2.
+(db-c) the same with a receipt in that transaction: 2 / 1.
+(db-d) acknowledgement before the effect: 1 / 0.
+(h)    transactional handler (``transactional=True``), killed after writing
+       the refund on ``job.conn`` and before that transaction commits: the
+       effect rolls back with the attempt: 2 / 1, exactly once however the
+       worker dies (the effect commits exactly when the completion does).
+
+Everything runs in a throwaway database created on the server (dropped at
+the end; ``--keep`` keeps it). Worker timings: heartbeat 0.1 s, staleness
+0.5 s, rescue every 0.2 s, so the lab takes a few seconds.
 """
 
 from __future__ import annotations
@@ -38,8 +62,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,17 +78,75 @@ from awa_bridge.embedded import database_url_or_embedded
 
 EXAMPLES = Path(__file__).resolve().parent
 SCHEMA = "receipts_lab"
-CASES = {
-    "a": ("normal", "lab_refund", False),
-    "b": ("duplicate effect without receipts", "lab_refund", True),
-    "c": ("effect reused with receipts", "lab_refund_with_receipt", True),
-    "d": ("acknowledgement before the effect", "lab_refund_ack_first", False),
-}
-EXPECTED = {"a": (1, 1), "b": (2, 2), "c": (2, 1), "d": (1, 0)}  # (deliveries, saved effects)
+AMOUNT, EDITED_AMOUNT = 4999, 5999
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    kind: str
+    expected: tuple[int, int | None, int | None, int | None, str]  # starts, requests, delivered, effects, job
+    args: dict[str, Any] = field(default_factory=dict)
+    crash: bool = False
+
+    @property
+    def external(self) -> bool:
+        return self.kind.startswith("lab_email")
+
+
+CASES = [
+    Case("a", "normal", "lab_email_receipt", (1, 1, 1, None, "completed"), {"provider": "idempotent"}),
+    Case("b", "naive send, killed after sending", "lab_email_naive", (2, 2, 2, None, "completed"), crash=True),
+    Case("c", "provider remembers the key", "lab_email_keyed", (2, 2, 1, None, "completed"), crash=True),
+    Case(
+        "d",
+        "receipts + idempotent provider, killed after send, before save",
+        "lab_email_receipt",
+        (2, 2, 1, None, "completed"),
+        {"provider": "idempotent"},
+        crash=True,
+    ),
+    Case(
+        "e",
+        "receipts + provider NOT idempotent, same crash",
+        "lab_email_receipt",
+        (2, 1, 1, None, "parked: waiting_external (OutcomeUnknown)"),
+        {"provider": "plain"},
+        crash=True,
+    ),
+    Case("f", "acknowledgement before the effect", "lab_email_ack_first", (1, 0, 0, None, "completed")),
+    Case(
+        "g",
+        "conflict: same key, changed payload",
+        "lab_email_receipt",
+        (3, 2, 1, None, "failed: ReceiptConflict; failed: operation_conflict"),
+        {"provider": "idempotent"},
+        crash=True,
+    ),
+    Case("db-a", "normal", "lab_refund", (1, None, None, 1, "completed")),
+    Case("db-b", "duplicate effect without receipts", "lab_refund", (2, None, None, 2, "completed"), crash=True),
+    Case("db-c", "effect reused with receipts", "lab_refund_with_receipt", (2, None, None, 1, "completed"), crash=True),
+    Case("db-d", "acknowledgement before the effect", "lab_refund_ack_first", (1, None, None, 0, "completed")),
+    Case(
+        "h",
+        "transactional handler, killed before its commit",
+        "lab_refund_transactional",
+        (2, None, None, 1, "completed"),
+        crash=True,
+    ),
+]
+BY_NAME = {case.name: case for case in CASES}
 
 LAB_TABLES = f"""
 DROP SCHEMA IF EXISTS {SCHEMA} CASCADE;
 CREATE SCHEMA {SCHEMA};
+CREATE TABLE {SCHEMA}.orders (
+    order_id           text PRIMARY KEY,
+    email              text NOT NULL,
+    amount_cents       int NOT NULL,
+    receipt_message_id text
+);
 CREATE TABLE {SCHEMA}.effects (
     id           serial PRIMARY KEY,
     case_name    text NOT NULL,
@@ -98,36 +182,39 @@ def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 30.0) ->
         time.sleep(0.05)
 
 
+def order_of(case: str) -> str:
+    return f"order-{case.upper()}-1001"
+
+
 class Lab:
     def __init__(self, url: str, log_dir: Path) -> None:
         self.url = url
         self.log_dir = log_dir
         self.queue = f"receipts_lab_{uuid.uuid4().hex[:8]}"
         self.conn = psycopg.connect(url, autocommit=True, application_name="receipts-lab")
-        self.jobs: dict[str, int] = {}
+        self.jobs: dict[str, list[int]] = {}
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.provider: subprocess.Popen[bytes] | None = None
+        self.provider_url = ""
 
     def close(self) -> None:
-        for proc in self.workers:
-            if proc.poll() is None:
+        for proc in [*self.workers, self.provider]:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
         self.conn.close()
 
-    # -- steps ---------------------------------------------------------------------
+    # -- processes -----------------------------------------------------------------
 
-    def note(self, event: str, detail: str = "") -> None:
-        self.conn.execute(f"INSERT INTO {SCHEMA}.trace (event, detail) VALUES (%s, %s)", (event, detail))
-
-    def enqueue(self) -> None:
-        with psycopg.connect(self.url) as conn:
-            for case, (_, kind, crash) in CASES.items():
-                args = {"case": case, "order": f"order-{case.upper()}-1001", "amount_cents": 4999}
-                if crash:
-                    args["stop_in_crash_window"] = True
-                job = awa_bridge.insert_job_sync(conn, args, kind=kind, queue=self.queue, max_attempts=5)
-                self.jobs[case] = job.id
-            conn.commit()
+    def start_provider(self) -> None:
+        port_file = self.log_dir / "provider.port"
+        log = open(self.log_dir / "provider.log", "wb")  # noqa: SIM115 - handed to the child
+        command = [sys.executable, str(EXAMPLES / "receipts_lab_provider.py"), "--port-file", str(port_file)]
+        self.provider = subprocess.Popen([*command, "--lifetime", "120"], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        wait_for("the mail provider to listen", lambda: self.running(self.provider, "provider") and port_file.exists())
+        self.provider_url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        self.note("lab: started the mail provider", f"{self.provider_url}, pid {self.provider.pid}")
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         number = len(self.workers) + 1
@@ -135,19 +222,48 @@ class Lab:
             **os.environ,
             "DATABASE_URL": self.url,
             "RECEIPTS_LAB_SCHEMA": SCHEMA,
+            "RECEIPTS_LAB_PROVIDER": self.provider_url,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")])),
         }
         log = open(self.log_dir / f"worker{number}.log", "wb")  # noqa: SIM115 - handed to the child
         command = [sys.executable, "-m", "awa_bridge", "worker", "receipts_lab_worker:client"]
-        command += ["--queue", f"{self.queue}:4", "--log-level", "warning"]
+        command += ["--queue", f"{self.queue}:16", "--log-level", "warning"]
         proc = subprocess.Popen(command, env=env, cwd=EXAMPLES, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.workers.append(proc)
         self.note(f"lab: started worker {number}", f"pid {proc.pid}")
         return proc
 
-    def state(self, case: str) -> str:
-        return self.conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (self.jobs[case],)).fetchone()[0]
+    def running(self, proc: subprocess.Popen[bytes] | None, name: str) -> bool:
+        if proc is None or proc.poll() is not None:
+            log = (self.log_dir / f"{name}.log").read_text(errors="replace")
+            raise RuntimeError(f"{name} exited with {proc and proc.returncode}:\n{log}")
+        return True
+
+    # -- steps ---------------------------------------------------------------------
+
+    def note(self, event: str, detail: str = "") -> None:
+        self.conn.execute(f"INSERT INTO {SCHEMA}.trace (event, detail) VALUES (%s, %s)", (event, detail))
+
+    def enqueue(self, case: Case, kind: str | None = None) -> None:
+        args = {"case": case.name, "order": order_of(case.name), "amount_cents": AMOUNT, **case.args}
+        if case.crash and kind is None:
+            args["stop_in_crash_window"] = True
+        with psycopg.connect(self.url) as conn:
+            job = awa_bridge.insert_job_sync(conn, args, kind=kind or case.kind, queue=self.queue, max_attempts=5)
+            conn.commit()
+        self.jobs.setdefault(case.name, []).append(job.id)
+
+    def row(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        """The one row a lab query returns."""
+        found = self.conn.execute(sql, params).fetchone()
+        if found is None:
+            raise LookupError(f"no row for {sql!r} {params!r}")
+        return found
+
+    def state(self, case: str, index: int = 0) -> str:
+        job_id = self.jobs[case][index]
+        return str(self.row("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,))[0])
 
     def traced(self, case: str, event: str) -> bool:
         row = self.conn.execute(
@@ -155,35 +271,42 @@ class Lab:
         ).fetchone()
         return row is not None
 
-    def alive(self, proc: subprocess.Popen[bytes]) -> bool:
-        if proc.poll() is not None:
-            log = (self.log_dir / f"worker{self.workers.index(proc) + 1}.log").read_text(errors="replace")
-            raise RuntimeError(f"worker pid {proc.pid} exited with {proc.returncode}:\n{log}")
-        return True
+    def at_crash_instant(self, case: Case) -> bool:
+        if case.crash:
+            return self.traced(case.name, "in the crash window")
+        return self.state(case.name) == "completed"
 
     def run(self) -> None:
-        self.enqueue()
+        self.start_provider()
+        with psycopg.connect(self.url) as conn:
+            for case in CASES:
+                email = f"{case.name}@customer.example"
+                conn.execute(f"INSERT INTO {SCHEMA}.orders VALUES (%s, %s, %s)", (order_of(case.name), email, AMOUNT))
+        for case in CASES:
+            self.enqueue(case)
         first = self.start_worker()
         wait_for(
-            "(a) completed, (b) and (c) in the crash window, (d) completed",
-            lambda: (
-                self.alive(first)
-                and self.state("a") == "completed"
-                and self.traced("b", "in the crash window")
-                and self.traced("c", "in the crash window")
-                and self.state("d") == "completed"
-            ),
+            "every case at its crash instant (or completed)",
+            lambda: self.running(first, "worker1") and all(self.at_crash_instant(case) for case in CASES),
         )
-        self.note(
-            "lab: SIGKILL worker 1",
-            f"pid {first.pid}; (b) and (c) sit in the crash window, (d)'s refund waits in its memory",
-        )
+        waiting = ", ".join(case.name for case in CASES if case.crash)
+        self.note("lab: SIGKILL worker 1", f"pid {first.pid}; in the crash window: {waiting}")
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
+        self.conn.execute(
+            f"UPDATE {SCHEMA}.orders SET amount_cents = %s WHERE order_id = %s", (EDITED_AMOUNT, order_of("g"))
+        )
+        self.note("lab: edited order G", f"amount {AMOUNT} -> {EDITED_AMOUNT}: the receipt email's payload changes")
+        self.enqueue(BY_NAME["g"], kind="lab_email_keyed")
+        self.note("lab: enqueued a second job for (g)", "lab_email_keyed: the same key sent straight to the provider")
         second = self.start_worker()
+        final = {"waiting_external", "failed", "completed", "cancelled"}
         wait_for(
-            "(b) and (c) rescued and completed by worker 2",
-            lambda: self.alive(second) and self.state("b") == "completed" and self.state("c") == "completed",
+            "every job rescued and settled by worker 2",
+            lambda: (
+                self.running(second, "worker2")
+                and all(self.state(name, i) in final for name, ids in self.jobs.items() for i in range(len(ids)))
+            ),
         )
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=15)
@@ -191,110 +314,161 @@ class Lab:
 
     # -- report --------------------------------------------------------------------
 
+    def provider_stats(self) -> dict[str, dict[str, int]]:
+        with urllib.request.urlopen(f"{self.provider_url}/stats", timeout=5) as response:
+            stats: dict[str, dict[str, int]] = json.loads(response.read())["cases"]
+        return stats
+
+    def job_summary(self, job_id: int) -> dict[str, Any]:
+        state, attempt, errors, metadata, callback_id, finalized_at = self.row(
+            "SELECT state::text, attempt, to_jsonb(errors), metadata, callback_id::text, finalized_at "
+            "FROM awa.jobs WHERE id = %s",
+            (job_id,),
+        )
+        label = state
+        if state == "failed":
+            label = f"failed: {(errors or [{}])[-1].get('error', '?').split(':')[0]}"
+        elif state == "waiting_external" and "outcome_unknown" in metadata:
+            label = "parked: waiting_external (OutcomeUnknown)"
+        return {
+            "id": job_id,
+            "state": state,
+            "label": label,
+            "attempt": attempt,
+            "errors": [{k: e.get(k) for k in ("type", "error", "attempt", "at")} for e in errors or []],
+            "outcome_unknown": metadata.get("outcome_unknown"),
+            "callback_id": callback_id,
+            "finalized_at": finalized_at,
+        }
+
     def report(self) -> dict[str, dict[str, Any]]:
-        started = self.conn.execute(f"SELECT min(at) FROM {SCHEMA}.trace").fetchone()[0]
+        stats = self.provider_stats()
+        started = self.row(f"SELECT min(at) FROM {SCHEMA}.trace")[0]
         results = {}
-        for case, (title, kind, _) in CASES.items():
-            job_id = self.jobs[case]
-            job = self.conn.execute(
-                "SELECT state::text, attempt, to_jsonb(errors), finalized_at FROM awa.jobs WHERE id = %s", (job_id,)
-            ).fetchone()
-            deliveries = self.conn.execute(
-                f"SELECT count(*) FROM {SCHEMA}.trace WHERE job_id = %s AND event = 'delivered'", (job_id,)
-            ).fetchone()[0]
+        for case in CASES:
+            starts = self.row(
+                f"SELECT count(*) FROM {SCHEMA}.trace WHERE case_name = %s AND event = 'handler started'", (case.name,)
+            )[0]
             effects = self.conn.execute(
-                f"SELECT id, attempt FROM {SCHEMA}.effects WHERE job_id = %s ORDER BY id", (job_id,)
+                f"SELECT attempt FROM {SCHEMA}.effects WHERE case_name = %s ORDER BY id", (case.name,)
             ).fetchall()
-            lines: list[tuple[datetime, str]] = [
-                (at, f"{'attempt ' + str(attempt) if attempt else '':<9} {event}: {detail}".rstrip(": "))
-                for at, attempt, event, detail in self.conn.execute(
-                    f"SELECT at, attempt, event, detail FROM {SCHEMA}.trace "
-                    "WHERE job_id = %s OR case_name IS NULL ORDER BY at, id",
-                    (job_id,),
-                )
-            ]
-            for error in job[2] or []:
-                if error.get("type") in ("HeartbeatStale", "DeadlineExceeded"):
+            jobs = [self.job_summary(job_id) for job_id in self.jobs[case.name]]
+            counters = stats.get(case.name, {})
+            got = (
+                int(starts),
+                counters.get("requests", 0) if case.external else None,
+                counters.get("delivered", 0) if case.external else None,
+                None if case.external else len(effects),
+                "; ".join(job["label"] for job in jobs),
+            )
+            results[case.name] = {
+                "title": case.title,
+                "kind": case.kind,
+                "handler_starts": got[0],
+                "external_requests": got[1],
+                "delivered_receipts": got[2],
+                "provider_replays": counters.get("replayed", 0) if case.external else None,
+                "provider_conflicts": counters.get("conflicts", 0) if case.external else None,
+                "db_effects": got[3],
+                "effect_attempts": [attempt for (attempt,) in effects],
+                "job": got[4],
+                "jobs": jobs,
+                "expected": list(case.expected),
+                "as_expected": got == case.expected,
+                "trace": self.trace_lines(case.name, jobs, started),
+            }
+        return results
+
+    def trace_lines(self, case: str, jobs: list[dict[str, Any]], started: datetime) -> list[str]:
+        lines: list[tuple[datetime, str]] = [
+            (at, f"{'attempt ' + str(attempt) if attempt else '':<9} {event}: {detail}".rstrip(": "))
+            for at, attempt, event, detail in self.conn.execute(
+                f"SELECT at, attempt, event, detail FROM {SCHEMA}.trace "
+                "WHERE case_name = %s OR case_name IS NULL ORDER BY at, id",
+                (case,),
+            )
+        ]
+        for job in jobs:
+            for error in job["errors"]:
+                if error["type"] in ("HeartbeatStale", "DeadlineExceeded"):
                     at = datetime.fromisoformat(error["at"])
                     lines.append(
                         (at, f"{'attempt ' + str(error['attempt']):<9} rescued by maintenance: {error['error']}")
                     )
-            if job[3] is not None:
-                lines.append((job[3], f"{'':<9} job acknowledged: {job[0]} (awa.jobs.finalized_at)"))
-            lines.sort(key=lambda line: line[0])
-            results[case] = {
-                "title": title,
-                "kind": kind,
-                "job_id": job_id,
-                "deliveries": int(deliveries),
-                "saved_effects": len(effects),
-                "effect_attempts": [attempt for _, attempt in effects],
-                "state": job[0],
-                "attempt": job[1],
-                "trace": [f"+{(at - started).total_seconds():6.3f}s  {text}" for at, text in lines],
-            }
-        return results
+            if job["finalized_at"] is not None:
+                text = f"job {job['id']} acknowledged: {job['state']}"
+                if BY_NAME[case].kind == "lab_refund_transactional":
+                    # finalized_at is now(): when the completion transaction began, not when it committed.
+                    text = f"job {job['id']} completion transaction began (it commits with the refund)"
+                lines.append((job["finalized_at"], f"{'':<9} {text}"))
+        lines.sort(key=lambda line: line[0])
+        return [f"+{(at - started).total_seconds():6.3f}s  {text}" for at, text in lines]
 
 
-def print_report(results: dict[str, dict[str, Any]]) -> bool:
-    ok = True
-    for case, result in results.items():
-        expected = EXPECTED[case]
-        got = (result["deliveries"], result["saved_effects"])
-        ok &= got == expected
-        print(f"\n({case}) {result['title']}  [job {result['job_id']}, kind {result['kind']}]")
-        print(f"    deliveries:    {result['deliveries']}")
-        print(f"    saved effects: {result['saved_effects']}", end="")
-        if result["effect_attempts"]:
-            print(f"  (written by attempt {', '.join(map(str, result['effect_attempts']))})", end="")
-        print(f"\n    job:           {result['state']} after attempt {result['attempt']}")
-        print("    trace:")
-        for line in result["trace"]:
-            print(f"      {line}")
-        if got != expected:
-            print(f"    UNEXPECTED: wanted {expected[0]} deliveries and {expected[1]} saved effects")
-    print("\nsummary")
-    print(f"  {'case':<42} {'deliveries':>10} {'saved effects':>14}")
-    for case, result in results.items():
-        title = f"({case}) {result['title']}"
-        print(f"  {title:<42} {result['deliveries']:>10} {result['saved_effects']:>14}")
-    return ok
+def cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_table(results: dict[str, dict[str, Any]], trace: bool) -> None:
+    if trace:
+        for name, result in results.items():
+            print(f"\n({name}) {result['title']}  [{result['kind']}]")
+            for line in result["trace"]:
+                print(f"    {line}")
+        print()
+    titles = {name: f"({name}) {result['title']}" for name, result in results.items()}
+    width = max(map(len, titles.values()))
+    rows = []
+    for name, result in results.items():
+        counts = [result[k] for k in ("handler_starts", "external_requests", "delivered_receipts", "db_effects")]
+        numbers = f"{cell(counts[0]):>6} {cell(counts[1]):>8} {cell(counts[2]):>9} {cell(counts[3]):>10}"
+        rows.append(f"{titles[name]:<{width}} {numbers}  {result['job']}")
+        if not result["as_expected"]:
+            wanted = " / ".join(value if isinstance(value, str) else cell(value) for value in result["expected"])
+            rows.append(f"    UNEXPECTED: wanted {wanted}")
+    print(f"{'case':<{width}} {'starts':>6} {'requests':>8} {'delivered':>9} {'db effects':>10}  job")
+    print("-" * max(map(len, rows)))
+    print("\n".join(rows))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the throwaway database (its name is printed)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of a table")
+    parser.add_argument("--trace", action="store_true", help="also print every case's trace")
     ns = parser.parse_args()
+    say: Callable[[str], None] = (lambda text: print(text, file=sys.stderr)) if ns.json else print
 
     server_url, server = database_url_or_embedded()
     name = f"receipts_lab_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = with_dbname(server_url, name)
-    print(f"receipts lab on database {name} ({'embedded PostgreSQL' if server else 'DATABASE_URL'})")
-    print("worker timings: heartbeat 0.1 s, staleness 0.5 s, rescue every 0.2 s")
+    say(f"receipts lab on database {name} ({'embedded PostgreSQL' if server else 'DATABASE_URL'})")
+    say("worker timings: heartbeat 0.1 s, staleness 0.5 s, rescue every 0.2 s")
     lab = None
+    started = time.monotonic()
     try:
         awa_bridge.migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(LAB_TABLES)
         with tempfile.TemporaryDirectory(prefix="receipts-lab-") as log_dir:
             lab = Lab(url, Path(log_dir))
-            started = time.monotonic()
             lab.run()
             results = lab.report()
             lab.close()
-        ok = print_report(results)
-        print(f"\nran in {time.monotonic() - started:.1f} s")
+        seconds = round(time.monotonic() - started, 1)
         if ns.json:
-            Path(ns.json).write_text(json.dumps(results, indent=2))
-        return 0 if ok else 1
+            print(json.dumps({"seconds": seconds, "cases": results}, indent=2, default=str))
+        else:
+            print_table(results, ns.trace)
+            print(f"\nran in {seconds} s")
+        return 0 if all(result["as_expected"] for result in results.values()) else 1
     finally:
         if lab is not None:
             lab.close()
         if ns.keep:
-            print(f"kept database {name}")
+            say(f"kept database {name}")
         else:
             with psycopg.connect(server_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -676,6 +676,15 @@ SET outcome = CAST(%(outcome)s AS jsonb), recorded_at = now()
 WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s AND outcome IS NULL
 RETURNING recorded_at
 
+-- name: release_receipt
+-- Reconciliation found that the provider never acted on a pending receipt:
+-- forget the claim so the next attempt sends afresh. Only a pending receipt
+-- with the same payload fingerprint; a recorded outcome is never released.
+DELETE FROM awa.receipts
+WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s AND outcome IS NULL
+  AND payload_fingerprint = CAST(%(fingerprint)s AS bytea)
+RETURNING created_at
+
 -- name: get_receipt
 SELECT payload_fingerprint, outcome::text AS outcome, created_at, recorded_at
 FROM awa.receipts
