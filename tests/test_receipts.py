@@ -1,4 +1,4 @@
-"""Receipts (DESIGN.md section 8) on a real PostgreSQL, and the receipts lab.
+"""Receipts (docs/howto/receipts.md) on a real PostgreSQL, and the receipts lab.
 
 The API: first attempt records, a repeat reuses the outcome without the
 effect, a different payload under the same key is a conflict, the receipt

@@ -1,4 +1,4 @@
-"""Poll a predicate instead of sleeping (RELIABILITY.md conventions)."""
+"""Poll a predicate instead of sleeping (the conventions of docs/reliability.md)."""
 
 from __future__ import annotations
 
