@@ -68,7 +68,15 @@ def test_the_job_projection_is_one_fragment_with_the_27_contract_columns() -> No
     source = Path(__file__).resolve().parent.parent.joinpath("awa_bridge", "sql", "queries.sql").read_text()
     assert source.count("-- fragment: job_columns") == 1
     assert source.count("j.callback_transform, j.run_lease") == 1, "the projection is spelled out once"
-    users = ["get_job", "retry_job", "cancel_job", "cancel_by_unique_key", "run_job_now", "delete_job"]
+    users = [
+        "get_job",
+        "retry_job",
+        "cancel_job",
+        "cancel_by_unique_key",
+        "run_job_now",
+        "delete_job",
+        "get_job_with_result",
+    ]
     for name in users:
         assert "/* include:" not in QUERIES[name].pyformat, name
         projection = QUERIES[name].pyformat.split("j.id, j.kind", 1)[1].split("j.progress::text AS progress", 1)[0]

@@ -839,7 +839,8 @@ RETURNING j.id
 -- Job results (awa.job_results, migration v004): a value a handler stored with
 -- job.set_result is inserted by the statement that completes the job, so it
 -- exists exactly when the completion does. The Celery-compatible layer reads
--- it back (get_job_result) and may raise max_attempts of a running attempt
+-- it back (get_job_result), the django.tasks backend too (get_job_with_result);
+-- the Celery layer may also raise max_attempts of a running attempt
 -- when self.retry(max_retries=N) asks for more retries than the job was
 -- enqueued with.
 -- ---------------------------------------------------------------------------
@@ -862,6 +863,14 @@ SELECT id FROM done
 -- name: get_job_result
 SELECT j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts, j.args, j.metadata,
        j.errors, j.run_at, j.created_at, j.finalized_at, r.result, (r.job_id IS NOT NULL) AS has_result
+FROM awa.jobs AS j
+LEFT JOIN awa.job_results AS r ON r.job_id = j.id
+WHERE j.id = %(id)s
+
+-- name: get_job_with_result
+-- The whole job and its stored value, json as text so every driver (Django's
+-- cursor included) reads it alike: the django.tasks backend's get_result.
+SELECT /* include: job_columns */, r.result::text AS result
 FROM awa.jobs AS j
 LEFT JOIN awa.job_results AS r ON r.job_id = j.id
 WHERE j.id = %(id)s
