@@ -13,7 +13,7 @@ malformed value, ``JobNotFound`` for an unknown id, ``InvalidState`` when the
 job's state does not allow the action. The state check and the change happen
 in the same statement under a row lock, so of two operators racing on one
 job exactly the changes a serial order allows succeed and the others get a
-typed error (RELIABILITY.md R9).
+typed error (R9 in docs/reliability.md).
 
 Semantics follow Awa's admin API:
 

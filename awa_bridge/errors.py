@@ -61,10 +61,6 @@ class StaleAttempt(AwaError):
     """A write guarded by ``run_lease`` matched no row: the attempt was superseded."""
 
 
-class DatabaseError(AwaError):
-    """A driver error we wrap; the original stays in ``__cause__``."""
-
-
 class JobNotFound(AwaError, LookupError):
     """No job matches: the id does not exist (or no job holds that unique key).
 

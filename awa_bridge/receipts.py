@@ -1,4 +1,4 @@
-"""Receipts: make a business effect safe to repeat (DESIGN.md section 8).
+"""Receipts: make a business effect safe to repeat (docs/howto/receipts.md).
 
 At-least-once delivery means a handler can run twice: a worker that commits
 an effect and dies before its job is marked completed gets the job rescued

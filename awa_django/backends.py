@@ -27,10 +27,13 @@ whichever Django has, preferring ``django.tasks``.
 * ``get_result(id)`` reads the job: READY (scheduled, available, retryable),
   RUNNING (running, waiting_external), SUCCESSFUL (completed), FAILED (failed,
   cancelled); ``errors`` come from the job's error history.
-* Return values are stored in the job's ``metadata`` (key ``django_task``),
-  written by the same guarded statement that marks the job completed. They
-  therefore live exactly as long as the job row: ``AWA['RETENTION']
+* Return values are stored like every job result, in ``awa.job_results``
+  (``job.set_result``): inserted by the same guarded statement that marks the
+  job completed, and deleted with the job row, so ``AWA['RETENTION']
   ['completed']`` (default 24 h) bounds how long ``get_result`` finds them.
+  The job's ``metadata`` (key ``django_task``) keeps only what the framework
+  needs besides: the backend alias, Django's priority, worker ids and the
+  exception class of each failed attempt.
 * ``MAX_ATTEMPTS`` (default 1, as Django's own backends never retry): with
   more, a task that raises is retried with awa's backoff and reported READY
   until its last attempt fails.
@@ -49,6 +52,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 import awa_bridge
+from awa_bridge.drivers import detect_sync
+from awa_bridge.sql import QUERIES
 
 try:  # Django >= 6.0
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -153,29 +158,35 @@ class AwaBackend(BaseTaskBackend):
     # -- results ----------------------------------------------------------------
 
     def get_result(self, result_id: str) -> Any:
-        from .models import Job
+        from django.db import connections
 
         try:
             job_id = int(result_id)
-            job = Job.objects.using(self._alias()).get(id=job_id)
-        except (ValueError, TypeError, Job.DoesNotExist):
+        except (ValueError, TypeError):
             raise TaskResultDoesNotExist(result_id) from None
+        if not -(2**63) <= job_id < 2**63:  # not a bigint: no such job
+            raise TaskResultDoesNotExist(result_id)
+        rows = detect_sync(connections[self._alias()]).fetch_all(QUERIES["get_job_with_result"], {"id": job_id})
+        if not rows:
+            raise TaskResultDoesNotExist(result_id)
+        job = _JobView.of_row(rows[0])
         info = (job.metadata or {}).get(METADATA_KEY)
         if not isinstance(info, dict) or info.get("backend") != self.alias:
             raise TaskResultDoesNotExist(result_id)
         try:
-            task = resolve_task(job.kind)
+            task = resolve_task(rows[0]["kind"])
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        task = task.using(priority=info.get("priority", task.priority), queue_name=job.queue, backend=self.alias)
-        return self._result(task, _JobView.of(job))
+        task = task.using(priority=info.get("priority", task.priority), queue_name=rows[0]["queue"], backend=self.alias)
+        stored = rows[0]["result"]
+        return self._result(task, job, None if stored is None else json.loads(stored))
 
     def _alias(self) -> str:
         from .db import awa_alias
 
         return self.database or awa_alias()
 
-    def _result(self, task: Any, job: Any) -> Any:
+    def _result(self, task: Any, job: Any, return_value: Any = None) -> Any:
         info = (job.metadata or {}).get(METADATA_KEY) or {}
         status = _STATUS[str(job.state)]
         worker_ids = list(info.get("worker_ids", []))
@@ -204,13 +215,13 @@ class AwaBackend(BaseTaskBackend):
             worker_ids=worker_ids,
         )
         if status == TaskResultStatus.SUCCESSFUL:
-            object.__setattr__(result, "_return_value", info.get("return_value"))
+            object.__setattr__(result, "_return_value", return_value)
         return result
 
 
 @dataclass(frozen=True)
 class _JobView:
-    """The fields of a job ``_result`` reads, from an ``awa_bridge.Job`` or a model row."""
+    """The fields of a job ``_result`` reads (an ``awa_bridge.Job`` has them too)."""
 
     id: int
     state: str
@@ -223,9 +234,22 @@ class _JobView:
     finalized_at: datetime | None
 
     @classmethod
-    def of(cls, job: Any) -> _JobView:
+    def of_row(cls, row: dict[str, Any]) -> _JobView:
+        """From a ``job_columns`` row, whose json columns are text."""
+
+        def decoded(name: str) -> Any:
+            return None if row[name] is None else json.loads(row[name])
+
         return cls(
-            **{name: getattr(job, name) for name in cls.__dataclass_fields__}  # type: ignore[arg-type]
+            id=row["id"],
+            state=row["state"],
+            attempt=row["attempt"],
+            args=decoded("args"),
+            metadata=decoded("metadata"),
+            errors=decoded("errors"),
+            created_at=row["created_at"],
+            attempted_at=row["attempted_at"],
+            finalized_at=row["finalized_at"],
         )
 
 
@@ -258,9 +282,10 @@ def worker_id() -> str:
 def run_task_job(job: Any) -> None:
     """Run one attempt of a Tasks-framework job: the worker's handler, in a worker thread.
 
-    The return value (JSON-normalized, as Django's own backends do) and the
-    exception class of a failed attempt go into the job's metadata, which the
-    runtime writes with the attempt's guarded outcome.
+    The return value (JSON-normalized, as Django's own backends do) becomes
+    the job's result (``awa.job_results``) and the exception class of a failed
+    attempt goes into the job's metadata; the runtime writes both with the
+    attempt's guarded outcome.
     """
     task = resolve_task(job.kind)
     info = dict(job.metadata.get(METADATA_KEY) or {})
@@ -303,7 +328,7 @@ def run_task_job(job: Any) -> None:
             object.__setattr__(result, "finished_at", timezone.now())
             task_finished.send(type(backend), task_result=result)
         raise
-    info["return_value"] = value
+    job.set_result(value)
     job.update_metadata({METADATA_KEY: info})
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", timezone.now())

@@ -79,7 +79,7 @@ class ReadOnlyModelBase(models.Model):
 
 
 class Job(ReadOnlyModelBase):
-    """A job in any state (the columns of DESIGN.md section 3)."""
+    """A job in any state (the columns of docs/design.md, the schema contract)."""
 
     id = models.BigAutoField(primary_key=True)
     kind = models.TextField()

@@ -68,7 +68,7 @@ class AwaBase(DeclarativeBase):
 
 
 class Job(AwaBase):
-    """One row of ``awa.jobs``: a job in any state (columns as in DESIGN.md section 3).
+    """One row of ``awa.jobs``: a job in any state (columns as in docs/design.md, the schema contract).
 
     ``args``, ``metadata_`` and ``progress`` are decoded JSON; ``errors`` is
     the list of recorded failures (one dict per failed attempt: ``error``,

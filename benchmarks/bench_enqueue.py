@@ -765,7 +765,7 @@ def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes
             )
         lines += ["", f"Spread: {spread_note}.", ""]
 
-    lines += ["### Targets (DESIGN.md section 9)", ""]
+    lines += ["### Targets (docs/design.md)", ""]
     lines += targets(by_key, cases)
     if notes:
         lines += ["", "Notes:", *[f"- {note}" for note in notes]]

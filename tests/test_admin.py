@@ -209,6 +209,12 @@ async def test_cancelling_a_running_job_is_observed_by_its_handler_and_fences_it
         await release.wait()  # ignores the cancellation, then "completes"
         observed.append(("stubborn", job.id, job.cancelled))
 
+    later: list[int] = []
+
+    @client.task("later")
+    async def later_job(job):
+        later.append(job.id)
+
     a = insert(db_url, kind="cooperative")
     b = insert(db_url, kind="stubborn")
     await client.start([QueueConfig("default", max_workers=4, poll_interval=0.05)])
@@ -224,7 +230,9 @@ async def test_cancelling_a_running_job_is_observed_by_its_handler_and_fences_it
     for job_id in (a, b):
         row = job_row(db_url, job_id)
         assert row["state"] == "cancelled" and row["attempt"] == 1, row
-    await asyncio.sleep(0.2)  # nothing runs them again
+    # A job enqueued after the cancellations is claimed and runs; the cancelled ones do not run again.
+    sentinel = insert(db_url, kind="later")
+    await wait_until(lambda: sentinel in later)
     assert sorted(o[0] for o in observed) == ["cooperative", "stubborn"]
 
 

@@ -169,7 +169,7 @@ async def test_sync_handler_registers_and_a_superseded_attempt_cannot(make_clien
     await client.start(["default:1"])
     await wait_until(lambda: outcomes)
     assert isinstance(outcomes[0], StaleAttempt)
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: not client.runtime.inflight)  # the worker wrote the outcome (fenced) or let go
     assert job_state(db_url, job_id) == "cancelled"
     assert job_row(db_url, job_id)["callback_id"] is None
 

@@ -1,4 +1,4 @@
-"""One suite, every supported connection type (RELIABILITY.md R7, R22, R28).
+"""One suite, every supported connection type (docs/reliability.md R7, R22, R28).
 
 Each test opens the connection the way an application would, writes an
 application row and enqueues in the same transaction, and checks the outcome

@@ -1,4 +1,4 @@
-"""The schema's public face (DESIGN.md section 3) read back from the catalogs.
+"""The schema's public face (docs/design.md, the schema contract) read back from the catalogs.
 
 Everything here runs against a database migrated by our own runner and asks
 PostgreSQL (pg_catalog, EXPLAIN, LISTEN) rather than our Python code, so a

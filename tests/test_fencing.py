@@ -1,4 +1,4 @@
-"""run_lease fencing and claim races against real PostgreSQL (RELIABILITY.md R1-R6, R24).
+"""run_lease fencing and claim races against real PostgreSQL (docs/reliability.md R1-R6, R24).
 
 These drive the runtime's own SQL and functions directly, with faults
 injected by backdating timestamps, so each interleaving is deterministic.

@@ -1,4 +1,4 @@
-"""Golden cases from DESIGN.md section 3: kind derivation and unique keys (no database)."""
+"""Golden cases of the schema contract (docs/design.md): kind derivation and unique keys (no database)."""
 
 from __future__ import annotations
 

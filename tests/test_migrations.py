@@ -190,7 +190,7 @@ def assert_ledger_converged(url: str) -> None:
 
 
 def test_r8_concurrent_migrate_converges(make_database: MakeDatabase) -> None:
-    """RELIABILITY.md R8: 8 threads, each with its own connection, migrate a fresh database at once."""
+    """docs/reliability.md R8: 8 threads, each with its own connection, migrate a fresh database at once."""
     url = make_database()
     threads = 8
     barrier = threading.Barrier(threads, timeout=30)

@@ -1,4 +1,4 @@
-"""Receipts (DESIGN.md section 8) on a real PostgreSQL, and the receipts lab.
+"""Receipts (docs/howto/receipts.md) on a real PostgreSQL, and the receipts lab.
 
 The API: first attempt records, a repeat reuses the outcome without the
 effect, a different payload under the same key is a conflict, the receipt
@@ -43,6 +43,8 @@ from awa_bridge.receipts import (
 )
 
 from .dbutil import with_driver
+from .procs import wait_for
+from .waiting import lock_waiters
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -177,13 +179,19 @@ def test_concurrent_first_attempts_serialize(rdb: str) -> None:
     calls: list[str] = []
     results: list[Any] = [None] * 4
     barrier = threading.Barrier(4)
+    returned: list[int] = []
+    order = threading.Lock()
 
     def attempt(index: int) -> None:
         with psycopg.connect(rdb) as conn:
             barrier.wait()
             with conn.transaction():
                 results[index] = refund_once(conn, "o-9", 700, calls)
-                time.sleep(0.1)  # hold the claim while the others arrive
+                with order:
+                    first = not returned  # the others cannot return before this one commits
+                    returned.append(index)
+                if first:  # hold the claim until the other three wait on it
+                    wait_for(lambda: lock_waiters(rdb) == 3, 10, "the other attempts to wait on the claim")
 
     threads = [threading.Thread(target=attempt, args=(i,)) for i in range(4)]
     for thread in threads:
@@ -210,7 +218,7 @@ def test_a_waiting_attempt_takes_over_when_the_first_rolls_back(rdb: str) -> Non
         with receipt(conn, "acme", "refund:o-10", {"order": "o-10", "cents": 1}) as r:
             assert not r.recorded
             claimed.set()
-            time.sleep(0.2)  # the second attempt is now waiting on our claim
+            wait_for(lambda: lock_waiters(rdb) == 1, 10, "the second attempt to wait on our claim")
             r.save({"refund_id": -1})
         conn.rollback()  # ...and we give up
     thread.join(10)

@@ -16,7 +16,7 @@ import awa_bridge
 from awa_bridge.worker import Cancel, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
 from awa_bridge.worker.config import QueueConfig
 
-from .waiting import insert, job_row, job_state, wait_until
+from .waiting import insert, job_row, job_state, recording_claims, wait_until
 
 
 @dataclass
@@ -248,9 +248,10 @@ async def test_pause_and_resume_queue(make_client, db_url: str) -> None:
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by) VALUES ('p', true, now(), 't')")
-    await client.start([QueueConfig("p", max_workers=2, poll_interval=0.05)])
-    job_id = insert(db_url, {}, kind="pausable", queue="p")
-    await asyncio.sleep(0.5)  # ten poll intervals: a paused queue claims nothing
+    with recording_claims(db_url) as claims:
+        await client.start([QueueConfig("p", max_workers=2, poll_interval=0.05)])
+        job_id = insert(db_url, {}, kind="pausable", queue="p")
+        await claims.passes()  # claims that saw the committed job and the pause took nothing
     assert ran == [] and job_state(db_url, job_id) == "available"
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("UPDATE awa.queue_meta SET paused = false WHERE queue = 'p'")
@@ -287,13 +288,14 @@ async def test_uncommitted_job_is_never_claimed(make_client, db_url: str) -> Non
     async def late(job):
         ran_at[job.id] = time.monotonic()
 
-    await client.start([QueueConfig("default", poll_interval=0.05)])
-    with psycopg.connect(db_url) as conn:
-        job = awa_bridge.insert_job_sync(conn, {}, kind="late_commit")
-        await asyncio.sleep(0.5)
-        assert ran_at == {}, "a job must not run before its transaction commits"
-        conn.commit()
-        committed = time.monotonic()
+    with recording_claims(db_url) as claims:
+        await client.start([QueueConfig("default", poll_interval=0.05)])
+        with psycopg.connect(db_url) as conn:
+            job = awa_bridge.insert_job_sync(conn, {}, kind="late_commit")
+            await claims.passes()  # the worker claimed while the insert was not committed
+            assert ran_at == {}, "a job must not run before its transaction commits"
+            conn.commit()
+            committed = time.monotonic()
     await wait_until(lambda: job.id in ran_at)
     assert ran_at[job.id] >= committed
 
@@ -460,10 +462,11 @@ async def test_pause_resume_api_applies_to_a_running_worker(make_client, db_url:
     async def handler(job):
         ran.append(job.id)
 
-    await client.start([QueueConfig("pq", poll_interval=0.05)])
-    pause_queue(db_url, "pq", paused_by="ops")
-    job_id = insert(db_url, {}, kind="paused_kind", queue="pq")
-    await asyncio.sleep(0.4)
+    with recording_claims(db_url) as claims:
+        await client.start([QueueConfig("pq", poll_interval=0.05)])
+        pause_queue(db_url, "pq", paused_by="ops")
+        job_id = insert(db_url, {}, kind="paused_kind", queue="pq")
+        await claims.passes()  # claims that saw the committed job and the pause took nothing
     assert ran == []
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT paused, paused_by FROM awa.queue_meta WHERE queue = 'pq'").fetchone() == (

@@ -1,6 +1,6 @@
 """Chaos: SIGKILL at random instants, repeated kills under load, killed backends, a lost LISTEN, a server restart.
 
-Scenarios R14 (reduced), R16, R17 and R19 of RELIABILITY.md, and the
+Scenarios R14 (reduced), R16, R17 and R19 of docs/reliability.md, and the
 exactly-once promise of transactional handlers under SIGKILL. Workers are
 ``python -m awa_bridge worker tests.worker_app:client`` subprocesses with
 short timings; faults are real (SIGKILL, ``pg_terminate_backend``,

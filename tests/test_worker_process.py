@@ -1,7 +1,7 @@
 """The worker as a real process: CLI, SIGTERM drain, SIGKILL recovery, poison crash, two workers, leader failover.
 
 Scenarios R5 (across processes), R10, R13, R15, R20, R21 and R29 of
-RELIABILITY.md, plus two regressions (a row lock stalling every heartbeat;
+docs/reliability.md, plus two regressions (a row lock stalling every heartbeat;
 a runtime failure on the last attempt wedging the queue), run against
 ``python -m awa_bridge worker tests.worker_app:client`` subprocesses with
 short timings (heartbeat 50 ms, staleness 250 ms, rescue every 100 ms). Real

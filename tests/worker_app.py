@@ -20,7 +20,7 @@ connection before the handler goes on:
   backend is terminated under it, as in a failover.
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
-to the short values of RELIABILITY.md's scenario conventions. Ledger
+to the short values of the scenario conventions of docs/reliability.md. Ledger
 connections are named ``ledger-<worker>`` so that tests terminating the
 worker's own backends (``awa-%``) leave them alone.
 """

@@ -9,6 +9,11 @@ with ``%(name)s`` parameters. Each block is compiled into:
 
 Queries are looked up by name (``QUERIES["insert_job"]``), never assembled
 from strings at call time.
+
+A ``-- fragment:`` block is a piece of SQL several statements share (the job
+projection, for one), written once. A query includes it with
+``/* include: NAME */``; the text is substituted when the file is loaded, so
+the compiled statements are plain SQL and a fragment is never a query itself.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 _PARAM = re.compile(r"%\((\w+)\)s")
-_NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_BLOCK_LINE = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"/\*\s*include:\s*(\w+)\s*\*/")
 
 
 @dataclass(frozen=True)
@@ -54,23 +60,56 @@ def compile_query(name: str, text: str) -> Query:
     return Query(name=name, pyformat=text, numeric=numeric, named=named, order=tuple(order))
 
 
-def load_queries(path: Path) -> dict[str, Query]:
-    """Parse a file of ``-- name:`` blocks; comment lines before and after each body are dropped."""
-    source = path.read_text(encoding="utf-8")
-    names = list(_NAME_LINE.finditer(source))
-    queries: dict[str, Query] = {}
-    for index, match in enumerate(names):
-        end = names[index + 1].start() if index + 1 < len(names) else len(source)
+def _blocks(source: str) -> list[tuple[str, str, str]]:
+    """``(kind, name, body)`` of each block; comment lines before and after each body are dropped."""
+    heads = list(_BLOCK_LINE.finditer(source))
+    blocks: list[tuple[str, str, str]] = []
+    for index, match in enumerate(heads):
+        end = heads[index + 1].start() if index + 1 < len(heads) else len(source)
         lines = source[match.end() : end].strip().splitlines()
         while lines and lines[0].startswith("--"):
             lines.pop(0)
         # A section header between two blocks belongs to the next one, not to this body.
         while lines and (not lines[-1].strip() or lines[-1].startswith("--")):
             lines.pop()
-        body = "\n".join(lines).strip()
-        if match.group(1) in queries:
-            raise ValueError(f"duplicate query name {match.group(1)!r} in {path.name}")
-        queries[match.group(1)] = compile_query(match.group(1), body)
+        blocks.append((match.group(1), match.group(2), "\n".join(lines).strip()))
+    return blocks
+
+
+def expand_includes(name: str, text: str, fragments: dict[str, str]) -> str:
+    """Replace each ``/* include: NAME */`` in ``text`` with that fragment's SQL."""
+
+    def fragment(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in fragments:
+            raise ValueError(f"query {name}: unknown fragment {key!r} (fragments: {', '.join(sorted(fragments))})")
+        return fragments[key]
+
+    return _INCLUDE.sub(fragment, text)
+
+
+def load_queries(path: Path) -> dict[str, Query]:
+    """Parse a file of ``-- name:`` and ``-- fragment:`` blocks into compiled queries.
+
+    A fragment must be defined before the queries that include it (read top to bottom, the file
+    then explains itself), may not include another fragment, and must be used.
+    """
+    fragments: dict[str, str] = {}
+    used: set[str] = set()
+    queries: dict[str, Query] = {}
+    for kind, name, body in _blocks(path.read_text(encoding="utf-8")):
+        if name in queries or name in fragments:
+            raise ValueError(f"duplicate block name {name!r} in {path.name}")
+        if kind == "fragment":
+            if _INCLUDE.search(body):
+                raise ValueError(f"fragment {name}: a fragment cannot include another one")
+            fragments[name] = body
+            continue
+        used.update(_INCLUDE.findall(body))
+        queries[name] = compile_query(name, expand_includes(name, body, fragments))
+    unused = sorted(set(fragments) - used)
+    if unused:
+        raise ValueError(f"{path.name}: fragment(s) never included: {', '.join(unused)}")
     return queries
 
 

@@ -2,6 +2,9 @@
 -- Parameters use one canonical style, %(name)s; awa_bridge.sql compiles each
 -- block for asyncpg ($n), psycopg / Django (pyformat) and SQLAlchemy (:name).
 -- Never write a cast right after a parameter (%(x)s::type): use CAST(... AS ...).
+-- SQL that several statements share is a "-- fragment: NAME" block, written
+-- before its first use and included as /* include: NAME */ (expanded when the
+-- file is loaded). Scenario ids such as R30 refer to docs/reliability.md.
 
 -- name: insert_job
 -- Single transactional insert through the public contract function, so it
@@ -305,14 +308,21 @@ INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
 ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL
 RETURNING queue
 
+-- fragment: job_columns
+-- The whole job as inspection and the admin operations return it: the 27
+-- columns of awa.jobs (as j), in the contract's order, with the types that not
+-- every driver decodes alike (json, enums, arrays of json, bit, uuid) as text.
+j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
+j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
+j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
+j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
+j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
+j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+j.progress::text AS progress
+
 -- name: get_job
-SELECT id, kind, queue, args::text AS args, state::text AS state, priority, attempt,
-       max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at,
-       created_at, to_jsonb(errors)::text AS errors, metadata::text AS metadata, tags,
-       unique_key, unique_states::text AS unique_states, callback_id::text AS callback_id,
-       callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail,
-       callback_transform, run_lease, progress::text AS progress
-FROM awa.jobs WHERE id = %(id)s
+SELECT /* include: job_columns */
+FROM awa.jobs AS j WHERE j.id = %(id)s
 
 -- name: list_jobs
 SELECT id, kind, queue, state::text AS state, priority, attempt, max_attempts, run_at, created_at
@@ -438,13 +448,7 @@ WITH target AS (
         callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
-              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
-              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
-              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
-              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
-              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
-              j.progress::text AS progress
+    RETURNING /* include: job_columns */
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -467,13 +471,7 @@ WITH target AS (
         callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
-              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
-              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
-              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
-              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
-              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
-              j.progress::text AS progress
+    RETURNING /* include: job_columns */
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -494,13 +492,7 @@ WITH target AS (
         callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
-              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
-              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
-              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
-              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
-              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
-              j.progress::text AS progress
+    RETURNING /* include: job_columns */
 )
 SELECT target.id AS target_id, target.state::text AS prior_state, changed.*
 FROM target LEFT JOIN changed ON true
@@ -513,13 +505,7 @@ WITH target AS (
     SET state = 'available', run_at = now()
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
-              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
-              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
-              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
-              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
-              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
-              j.progress::text AS progress
+    RETURNING /* include: job_columns */
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -533,13 +519,7 @@ WITH target AS (
     DELETE FROM awa.jobs AS j
     USING target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.state::text AS state, j.priority,
-              j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at,
-              j.finalized_at, j.created_at, to_jsonb(j.errors)::text AS errors,
-              j.metadata::text AS metadata, j.tags, j.unique_key, j.unique_states::text AS unique_states,
-              j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
-              j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
-              j.progress::text AS progress
+    RETURNING /* include: job_columns */
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -868,7 +848,8 @@ RETURNING j.id
 -- Job results (awa.job_results, migration v004): a value a handler stored with
 -- job.set_result is inserted by the statement that completes the job, so it
 -- exists exactly when the completion does. The Celery-compatible layer reads
--- it back (get_job_result) and may raise max_attempts of a running attempt
+-- it back (get_job_result), the django.tasks backend too (get_job_with_result);
+-- the Celery layer may also raise max_attempts of a running attempt
 -- when self.retry(max_retries=N) asks for more retries than the job was
 -- enqueued with.
 -- ---------------------------------------------------------------------------
@@ -891,6 +872,14 @@ SELECT id FROM done
 -- name: get_job_result
 SELECT j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts, j.args, j.metadata,
        j.errors, j.run_at, j.created_at, j.finalized_at, r.result, (r.job_id IS NOT NULL) AS has_result
+FROM awa.jobs AS j
+LEFT JOIN awa.job_results AS r ON r.job_id = j.id
+WHERE j.id = %(id)s
+
+-- name: get_job_with_result
+-- The whole job and its stored value, json as text so every driver (Django's
+-- cursor included) reads it alike: the django.tasks backend's get_result.
+SELECT /* include: job_columns */, r.result::text AS result
 FROM awa.jobs AS j
 LEFT JOIN awa.job_results AS r ON r.job_id = j.id
 WHERE j.id = %(id)s

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from awa_django.backends import FRAMEWORK, awa_priority
@@ -97,6 +97,11 @@ def test_the_worker_runs_tasks_and_get_result_reports_them(awa: None) -> None:
     added.refresh()
     assert added.status == TaskResultStatus.SUCCESSFUL and added.return_value == 5
     assert added.finished_at is not None and added.attempts == 1 and added.enqueued_at is not None
+    # The value lives in awa.job_results, the store every result uses, not in the job's metadata.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT result::text FROM awa.job_results WHERE job_id = %s", [int(added.id)])
+        assert cursor.fetchall() == [("5",)]
+    assert "return_value" not in Job.objects.get(id=int(added.id)).metadata["django_task"]
     assert tasks.shout.get_result(shouted.id).return_value == {"shouted": "QUIET"}
     assert Note.objects.filter(text="QUIET").exists()
     got = tasks.with_context.get_result(context.id)
