@@ -1,4 +1,4 @@
-"""External effects guarded by a receipt: ``external_effect`` (DESIGN.md section 8).
+"""External effects guarded by a receipt: ``external_effect`` (docs/design.md, Receipts; docs/howto/receipts.md).
 
 An email or payment API cannot join a database transaction, so the receipt
 of such an effect is written in two short transactions around the request:
