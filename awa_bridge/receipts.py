@@ -270,7 +270,8 @@ class _ReceiptScope:
     def __init__(self, conn: Any, tenant: str, operation_key: str, payload: Any) -> None:
         _check_key(tenant, operation_key)
         self._conn = conn
-        self._params = {"tenant": tenant, "operation_key": operation_key, "fingerprint": fingerprint(payload)}
+        self._tenant, self._key, self._fingerprint = tenant, operation_key, fingerprint(payload)
+        self._params = {"tenant": tenant, "operation_key": operation_key, "fingerprint": self._fingerprint}
         self._receipt: Any = None
 
     def __enter__(self) -> Receipt:
@@ -280,10 +281,10 @@ class _ReceiptScope:
             if rows:
                 break
         else:
-            raise _no_receipt(self._params["tenant"], self._params["operation_key"])
-        state = _interpret(self._params["tenant"], self._params["operation_key"], self._params["fingerprint"], rows)
-        self._receipt = Receipt(state, self._conn)
-        return self._receipt
+            raise _no_receipt(self._tenant, self._key)
+        receipt = Receipt(_interpret(self._tenant, self._key, self._fingerprint, rows), self._conn)
+        self._receipt = receipt
+        return receipt
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._receipt._check_exit(exc_type is not None)
@@ -295,10 +296,10 @@ class _ReceiptScope:
             if rows:
                 break
         else:
-            raise _no_receipt(self._params["tenant"], self._params["operation_key"])
-        state = _interpret(self._params["tenant"], self._params["operation_key"], self._params["fingerprint"], rows)
-        self._receipt = AsyncReceipt(state, self._conn)
-        return self._receipt
+            raise _no_receipt(self._tenant, self._key)
+        receipt = AsyncReceipt(_interpret(self._tenant, self._key, self._fingerprint, rows), self._conn)
+        self._receipt = receipt
+        return receipt
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._receipt._check_exit(exc_type is not None)

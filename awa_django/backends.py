@@ -66,11 +66,12 @@ try:  # Django >= 6.0
     FRAMEWORK = "django.tasks"
 except ImportError:  # Django 5.2 + the django-tasks backport
     try:
-        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import Task, TaskError
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
+        # The backport has the same API under another name; type-checked against django.tasks.
+        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[assignment]
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+        from django_tasks.base import Task, TaskError  # type: ignore[assignment]
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment]
+        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment]
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -200,7 +201,7 @@ class AwaBackend(BaseTaskBackend):
             errors.append(
                 TaskError(exception_class_path=path, traceback=error.get("traceback") or error.get("error", ""))
             )
-        result = TaskResult(
+        result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=str(job.id),
             status=status,
@@ -257,7 +258,7 @@ def _invalid_backend(message: str) -> Exception:
     try:
         from django.tasks.exceptions import InvalidTaskBackend
     except ImportError:
-        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
+        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[assignment]
     return InvalidTaskBackend(message)
 
 
@@ -297,7 +298,7 @@ def run_task_job(job: Any) -> None:
     info["worker_ids"] = worker_ids
     args, kwargs = job.args.get("args", []), job.args.get("kwargs", {})
     now = timezone.now()
-    result = TaskResult(
+    result: TaskResult[Any, Any] = TaskResult(
         task=task,
         id=str(job.id),
         status=TaskResultStatus.RUNNING,

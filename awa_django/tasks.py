@@ -31,7 +31,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from awa_bridge import Job, ValidationError
 from awa_bridge.enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, prepare_job
@@ -147,8 +147,12 @@ class AwaTask:
         return await self.fn(**kwargs)
 
 
+@overload
+def task(fn: Callable[..., Any], /) -> AwaTask: ...
+@overload
 def task(
-    fn: Callable[..., Any] | None = None,
+    fn: None = None,
+    /,
     *,
     kind: str | None = None,
     queue: str = DEFAULT_QUEUE,
@@ -158,7 +162,20 @@ def task(
     takes_job: bool = False,
     tags: Sequence[str] = (),
     unique: Any = None,
-) -> Any:
+) -> Callable[[Callable[..., Any]], AwaTask]: ...
+def task(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    transactional: bool = False,
+    takes_job: bool = False,
+    tags: Sequence[str] = (),
+    unique: Any = None,
+) -> AwaTask | Callable[[Callable[..., Any]], AwaTask]:
     """Register a function as a job kind (``@task`` or ``@task(queue=..., ...)``).
 
     ``takes_job=True`` passes the running job (``awa_bridge.worker.JobContext``:

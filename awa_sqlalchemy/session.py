@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["insert_job", "insert_job_sync", "insert_many", "insert_many_sync"]
 
 
-def _target(session: Any) -> Any:
+def _target(session: Any) -> SyncTarget | AsyncTarget:
     """``session`` itself when it is a SQLAlchemy session or connection (sync or async), else a clear error."""
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -79,7 +79,8 @@ def insert_job(session: Any, args: Any, **opts: Any) -> Job | Coroutine[Any, Any
 
 def insert_job_sync(session: SyncTarget, args: Any, **opts: Any) -> Job:
     """``insert_job`` for sync sessions only (an async one is refused with a hint)."""
-    return awa_bridge.insert_job_sync(_target(session), args, **opts)
+    _target(session)
+    return awa_bridge.insert_job_sync(session, args, **opts)
 
 
 @overload
@@ -102,4 +103,5 @@ def insert_many(
 
 def insert_many_sync(session: SyncTarget, jobs: Iterable[Any], **opts: Any) -> InsertManyResult:
     """``insert_many`` for sync sessions only (psycopg 3 dialect)."""
-    return awa_bridge.insert_many_sync(_target(session), jobs, **opts)
+    _target(session)
+    return awa_bridge.insert_many_sync(session, jobs, **opts)

@@ -28,7 +28,7 @@ class SendConfirmationEmail:
 def place_order(conn: psycopg.Connection, customer: str, fail: bool = False) -> None:
     """An application write and its job, in ONE transaction."""
     with conn.transaction():
-        order_id = conn.execute("INSERT INTO orders (customer) VALUES (%s) RETURNING id", (customer,)).fetchone()[0]
+        [(order_id,)] = conn.execute("INSERT INTO orders (customer) VALUES (%s) RETURNING id", (customer,)).fetchall()
         job = awa_bridge.insert_job(conn, SendConfirmationEmail(order_id=order_id, to=customer))
         print(f"  order {order_id} for {customer}: enqueued job {job.id} ({job.kind}, {job.state.value})")
         if fail:
@@ -50,7 +50,7 @@ async def bulk_and_unique(url: str) -> None:
         try:
             await awa_bridge.insert_job(conn, {"report": 1}, kind="daily_report", unique=True)
         except awa_bridge.UniqueConflict as exc:
-            print(f"  a single duplicate insert raises UniqueConflict (key {exc.unique_key.hex()})")
+            print(f"  a single duplicate insert raises UniqueConflict (key {(exc.unique_key or b'').hex()})")
     finally:
         await conn.close()
 
@@ -109,7 +109,7 @@ async def run_worker(url: str) -> None:
 
 def print_jobs(url: str, title: str) -> None:
     with psycopg.connect(url) as conn:
-        orders = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+        [(orders,)] = conn.execute("SELECT count(*) FROM orders").fetchall()
         rows = conn.execute("SELECT kind, state, count(*) FROM awa.jobs GROUP BY kind, state ORDER BY kind").fetchall()
     print(f"{title}: {orders} order(s); jobs by kind and state:")
     for kind, state, count in rows:

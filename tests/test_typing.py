@@ -7,6 +7,7 @@ overload) and one whose every ``# expect-error`` line must be reported.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -25,6 +26,8 @@ def mypy(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context", str(path)],
         cwd=ROOT,
+        # The django-stubs plugin loads tests/typing/django_settings.py, which installs the shop example's app.
+        env={**os.environ, "PYTHONPATH": str(ROOT / "examples" / "django_shop")},
         capture_output=True,
         text=True,
         timeout=300,

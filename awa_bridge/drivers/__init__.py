@@ -5,6 +5,7 @@ They are internal (not for users to implement). Each adapter runs a named
 COPY rows into a table. All semantics live in the SQL and in ``enqueue.py``.
 """
 
-from .detect import AsyncDriver, SyncDriver, detect_async, detect_sync, is_async_connection
+from .base import AsyncDriver, SyncDriver
+from .detect import detect_async, detect_sync, is_async_connection
 
 __all__ = ["AsyncDriver", "SyncDriver", "detect_async", "detect_sync", "is_async_connection"]

@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   job {job.id}: {job.state} on attempt {job.attempt}{retries}")
         ok &= job.state == "completed" and order.confirmation_sent
     emails = SentEmail.objects.filter(order__in=[order for order, _ in placed]).order_by("id")
-    for email in emails:
-        print(f"   outbox: to {email.to}: {email.subject!r} (sent on attempt {email.attempt})")
+    for sent in emails:
+        print(f"   outbox: to {sent.to}: {sent.subject!r} (sent on attempt {sent.attempt})")
     ok &= emails.count() == len(placed) and worker.returncode == 0
     print("   every order confirmed exactly once" if ok else "   SOMETHING WENT WRONG (see above)")
 

@@ -141,12 +141,13 @@ async def create_order(body: OrderIn, session: SessionDep) -> OrderOut:
         job = await awa_sqlalchemy.insert_job(session, SendOrderConfirmation(order_id=order.id, email=order.email))
         order.confirmation_job_id = job.id
         # Reserve stock last: the hot stock row stays locked for the shortest time.
-        reserved = await session.execute(
+        reserved = await session.scalar(
             update(Stock)
             .where(Stock.item == body.item, Stock.available >= body.quantity)
             .values(available=Stock.available - body.quantity)
+            .returning(Stock.available)
         )
-        if reserved.rowcount != 1:
+        if reserved is None:
             left = await session.scalar(select(Stock.available).where(Stock.item == body.item))
             detail = f"unknown item {body.item!r}" if left is None else f"only {left} {body.item!r} left"
             # Raising inside session.begin() rolls back the order AND its job.

