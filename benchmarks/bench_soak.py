@@ -487,12 +487,12 @@ def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def soak(session: Session, meter: Meter, rate: float, seconds: float) -> list[Interval]:
+async def soak(session: Session, meter: Meter, rate: float, seconds: float, intervals: list[Interval]) -> None:
+    """Run at ``rate`` for ``seconds``, appending one Interval per period to ``intervals`` as it goes."""
     assert session.producer is not None
     session.producer.set_rate(rate)
     await meter.reset()
     meter.t0 = meter.last_t
-    intervals: list[Interval] = []
     say(f"\n{session.system.name}: soak at {rate:,.0f} jobs/s for {seconds / 60:g} min")
     say(HEADER)
     periods = max(1, math.ceil(seconds / session.args.report_seconds - 1e-9))
@@ -504,7 +504,6 @@ async def soak(session: Session, meter: Meter, rate: float, seconds: float) -> l
         iv = await meter.read()
         intervals.append(iv)
         say(interval_line(iv))
-    return intervals
 
 
 async def live_rows(session: Session) -> int:
@@ -568,8 +567,11 @@ async def find_max(session: Session, meter: Meter, args: argparse.Namespace) -> 
     return best
 
 
-async def run_system(system: SoakSystem, dbs: bw.Databases, args: argparse.Namespace, minutes: float) -> Outcome:
+async def run_system(
+    system: SoakSystem, dbs: bw.Databases, args: argparse.Namespace, minutes: float, outcomes: list[Outcome]
+) -> None:
     outcome = Outcome(system.name, args.rate, minutes)
+    outcomes.append(outcome)
     name = dbs.template(system.name)
     url = dbs.url(name)
     session = Session(system, url, args)
@@ -580,10 +582,10 @@ async def run_system(system: SoakSystem, dbs: bw.Databases, args: argparse.Names
             outcome.max_rate = await find_max(session, meter, args)
             if outcome.max_rate is None:
                 outcome.error = f"no rate from {args.start_rate:g}/s up was sustained"
-                return outcome
+                return
             outcome.rate = outcome.max_rate
         if minutes > 0:
-            outcome.intervals = await soak(session, meter, outcome.rate, minutes * 60)
+            await soak(session, meter, outcome.rate, minutes * 60, outcome.intervals)
             retention = args.retention if system.name == "awa_bridge" else None
             outcome.verdict = judge(outcome.intervals, outcome.rate, args.window_minutes * 60, retention)
             say(f"{system.name}: verdict {outcome.verdict.word}")
@@ -599,7 +601,6 @@ async def run_system(system: SoakSystem, dbs: bw.Databases, args: argparse.Names
     finally:
         await session.close()
         dbs.drop(name)
-    return outcome
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -722,13 +723,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def run(args: argparse.Namespace, server_url: str) -> tuple[list[Outcome], list[str]]:
+async def run(args: argparse.Namespace, server_url: str, outcomes: list[Outcome], notes: list[str]) -> None:
+    """Soak each system in turn; ``outcomes`` fills as it goes (so an interrupted run still reports)."""
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    notes: list[str] = []
     dbs = bw.Databases(server_url)
-    outcomes: list[Outcome] = []
     try:
         for name in args.systems:
             modules, loader = LOADERS[name]
@@ -737,10 +737,9 @@ async def run(args: argparse.Namespace, server_url: str) -> tuple[list[Outcome],
                 notes.append(f"{name}: skipped, not installed ({', '.join(missing)}); see benchmarks/requirements.txt")
                 continue
             minutes = args.minutes if name == "awa_bridge" or args.peer_minutes is None else args.peer_minutes
-            outcomes.append(await run_system(loader(), dbs, args, minutes))
+            await run_system(loader(), dbs, args, minutes, outcomes)
     finally:
         dbs.drop_all()
-    return outcomes, notes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -754,10 +753,14 @@ def main(argv: list[str] | None = None) -> int:
         url = server.get_uri("postgres")
     parts = urlsplit(url)
     where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {parts.hostname or 'socket'}"
+    outcomes: list[Outcome] = []
+    notes: list[str] = []
     try:
-        outcomes, notes = asyncio.run(run(args, url))
+        asyncio.run(run(args, url, outcomes, notes))
     except (KeyboardInterrupt, asyncio.CancelledError):
         say("interrupted: workers stopped, databases dropped")
+        if any(o.intervals for o in outcomes):
+            print(report(args, where, outcomes, [*notes, "interrupted: the last system's run is partial"]))
         return 130
     print(report(args, where, outcomes, notes))
     return 1 if any(o.error for o in outcomes) else 0  # a FAIL verdict is a finding, not an error
