@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import platform
@@ -271,15 +272,15 @@ class Meter:
         sent = self.producer.sent
         live, finished = await self.conn.fetchrow(self.system.rows_sql)
         row = await self.conn.fetchrow(TABLES_SQL)
-        ms = sorted(x * 1000 for x in latencies)
+        samples = sorted(latencies)
         interval = Interval(
             end=now - self.t0,
             seconds=now - self.last_t,
             produced=sent - self.last_sent,
             handled=handled,
-            p50=pct(ms, 50),
-            p95=pct(ms, 95),
-            p99=pct(ms, 99),
+            p50=pct(samples, 50),
+            p95=pct(samples, 95),
+            p99=pct(samples, 99),
             live=int(live),
             finished=int(finished),
             heap=int(row["heap"]),
@@ -644,7 +645,7 @@ def report(args: argparse.Namespace, where: str, outcomes: list[Outcome], notes:
             end = o.intervals[-1]
             lines.append(
                 f"| {o.system} | {o.rate:,.0f} | {v.first_rate:,.0f} | {v.last_rate:,.0f} | {ms(v.first_p95)} "
-                f"| {ms(v.last_p95)} | {mb(v.size_ref) if v.size_ref else '-'} / {mb(v.size_end)} "
+                f"| {ms(v.last_p95)} | {mb(v.size_ref) if v.size_judged else '-'} / {mb(v.size_end)} "
                 f"| {end.finished:,} | {v.word} |"
             )
     lines += ["", "Settings:"]
@@ -753,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         url = server.get_uri("postgres")
     parts = urlsplit(url)
     where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {parts.hostname or 'socket'}"
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)
     outcomes: list[Outcome] = []
     notes: list[str] = []
     try:
