@@ -27,7 +27,7 @@ a fraction of it.
 Without ``--database-url`` it uses ``$DATABASE_URL``, else an embedded server.
 Every database it creates (``awa_benchw_<pid>_...``) is dropped at the end,
 also on Ctrl-C or an error; every worker process is stopped. The retained
-section needs disk: about 4 GB for 10 million rows.
+section needs disk: about 2 GB for 10 million rows.
 """
 
 from __future__ import annotations
