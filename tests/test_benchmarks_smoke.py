@@ -8,6 +8,7 @@ verdict logic itself is checked on made-up periods.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -23,14 +24,25 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
+import bench_procs  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_soak  # noqa: E402
+import bench_worker  # noqa: E402
 
 
 def leftover_databases(server_url: str, pid: int) -> list[str]:
     with psycopg.connect(server_url, autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_benchw_{pid}_%",))
         return [r[0] for r in rows]
+
+
+def produced(url: str) -> bool:
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM awa.jobs)").fetchone()
+            return bool(row and row[0])
+    except psycopg.Error:  # not migrated yet
+        return False
 
 
 def run_script(server_url: str, script: str, *args: str, timeout: float = 240) -> tuple[str, str, int]:
@@ -157,7 +169,11 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
                 break
             time.sleep(0.1)
         assert children, "the soak never started its worker"
-        time.sleep(1.0)  # let the producer and the worker get going
+        # Interrupt mid-run: once the producer's jobs are in the soak's database.
+        soak_db = bench_worker.with_dbname(server_url, f"awa_benchw_{proc.pid}_awa_bridge")
+        while time.monotonic() < deadline and not produced(soak_db):
+            time.sleep(0.1)
+        assert produced(soak_db), "the soak's producer never inserted a job"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -168,6 +184,41 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
     assert "interrupted: workers stopped, databases dropped" in err
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert leftover_databases(server_url, proc.pid) == []
+
+
+@pytest.mark.slow
+async def test_a_worker_child_reports_a_long_period_in_one_stats_line(db_url: str) -> None:
+    """20,000 latencies (well over asyncio's 64 KiB default line) come back in one STATS answer."""
+    import asyncpg
+
+    import awa_bridge
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        now = time.time()
+        jobs = [{"i": i, "t": now} for i in range(20_000)]
+        await awa_bridge.insert_many(conn, jobs, kind=bench_procs.KIND, queue=bench_procs.QUEUE)
+    finally:
+        await conn.close()
+    worker = bench_procs.Worker("awa_bridge", db_url, 50, ledger=True)
+    try:
+        await worker.spawn()
+        await worker.start()
+        handled: list[float] = []
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 20_000 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            got = await worker.stats()
+            seen += got["handled"]
+            handled.extend(got["latencies"])
+        assert seen == 20_000
+        assert len(handled) == 20_000 and all(x > 0 for x in handled)
+        assert await worker.stop() == 20_000
+        assert sorted(worker.ids()) == sorted(set(worker.ids())) and len(worker.ids()) == 20_000
+    finally:
+        await worker.kill()
+        worker.cleanup()
 
 
 # -- the verdict, on made-up periods ----------------------------------------------------------
