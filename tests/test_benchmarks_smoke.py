@@ -277,3 +277,10 @@ def test_segment_rates_cover_the_drain_in_tenths() -> None:
     run = bench_scale.DrainRun(n=1000, seconds=10.0, rate=100.0)
     run.progress = [(float(t), 1000 - 100 * t) for t in range(11)]
     assert bench_scale.segment_rates(run) == [100.0] * 10
+
+
+def test_warm_rate_leaves_the_start_up_out() -> None:
+    run = bench_scale.DrainRun(n=1000, seconds=2.0, rate=500.0)
+    run.progress = [(0.0, 1000), (0.5, 1000), (1.0, 900), (1.5, 450), (2.0, 0)]
+    assert run.warm_rate == pytest.approx(900.0)
+    assert bench_scale.DrainRun(n=10, seconds=1.0, rate=10.0, progress=[(1.0, 0)]).warm_rate == 10.0
