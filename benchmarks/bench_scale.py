@@ -1,6 +1,6 @@
 """Scale benchmark: does awa_bridge's drain stay fast as the table and the fleet grow?
 
-Three measurements on one PostgreSQL server, each printed as a table, each
+Measurements on one PostgreSQL server, each printed as a table, the drains
 beside the "SQL-only limit" on the same database: a loop of batched claims
 (``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``, aggregated
 into one array) then completions (``UPDATE ... WHERE id = ANY(...)``), with no
@@ -21,6 +21,9 @@ a fraction of it.
   check that no job was claimed twice: every worker's handler writes the ids
   it ran to a ledger (read by the parent), and the database must show every
   job completed with ``attempt = 1`` and ``run_lease = 1``.
+* cleanup: a worker started on ``--cleanup-rows`` (default 1,000,000)
+  completed jobs already past their retention; how fast its maintenance
+  deletes them, against the 1-process drain rate of this run. Target: >= 10x.
 
     python benchmarks/bench_scale.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
@@ -50,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_procs as bp
 import bench_worker as bw
 
-SECTIONS = ("retained", "backlog", "horizontal")
+SECTIONS = ("retained", "backlog", "horizontal", "cleanup")
 FILL_CHUNK = 1_000_000
 COPY_CHUNK = 100_000
 
@@ -86,7 +89,7 @@ FILL_SQL = """
 INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, run_at, attempted_at, finalized_at, created_at)
 SELECT $3, $4, jsonb_build_object('i', g), 'completed', 1, 1,
        now() - interval '1 hour', now() - interval '1 hour',
-       now() - make_interval(secs => g % 3600), now() - interval '1 hour'
+       now() - make_interval(secs => $5 + g % 3600), now() - interval '1 hour'
 FROM generate_series($1::bigint, $2::bigint) AS g
 """
 
@@ -115,8 +118,11 @@ async def enqueue(url: str, n: int) -> None:
     await asyncio.to_thread(copy)
 
 
-async def fill_retained(url: str, n: int) -> float:
-    """``n`` completed jobs made in the server, then VACUUM ANALYZE; seconds taken."""
+async def fill_retained(url: str, n: int, age: float = 0.0) -> float:
+    """``n`` completed jobs finalized ``age`` s to ``age`` + 1 h ago, made in the server, then VACUUM ANALYZE.
+
+    Returns the seconds taken.
+    """
     import asyncpg
 
     began = time.perf_counter()
@@ -125,8 +131,8 @@ async def fill_retained(url: str, n: int) -> float:
         await conn.execute("SET synchronous_commit = off")
         for start in range(1, n + 1, FILL_CHUNK):
             end = min(n, start + FILL_CHUNK - 1)
-            await conn.execute(FILL_SQL, start, end, bp.KIND, bp.QUEUE)
-            say(f"  retained: {end:,} / {n:,} rows ({time.perf_counter() - began:.0f} s)")
+            await conn.execute(FILL_SQL, start, end, bp.KIND, bp.QUEUE, float(age))
+            say(f"  finished jobs: {end:,} / {n:,} rows ({time.perf_counter() - began:.0f} s)")
         await conn.execute("VACUUM ANALYZE awa.jobs")
     finally:
         await conn.close()
@@ -329,6 +335,7 @@ class Bench:
         self.dbs = dbs
         self.template = template
         self.config: dict[str, Any] = json.loads(args.bridge_config or "{}")
+        self.drain_rate: float | None = None  # a 1-process drain rate measured in this run, for the cleanup ratio
 
     def fresh(self) -> str:
         return self.dbs.copy(self.template)
@@ -377,6 +384,7 @@ class Bench:
             self.dbs.drop(empty)
             self.dbs.drop(full)
         e, f = median(rates[empty]), median(rates[full])
+        self.drain_rate = self.drain_rate or e
         we, wf = median(warm[empty]), median(warm[full])
         le, lf = median(limits[empty]), median(limits[full])
         out += [
@@ -428,6 +436,7 @@ class Bench:
         finally:
             self.dbs.drop(db)
         s, ws, lim = median(small_rates), median(small_warm), median(small_limits)
+        self.drain_rate = self.drain_rate or s
         segments = segment_rates(big)
         out += [
             f"## Backlog: {a.backlog:,} queued jobs vs {a.small:,}",
@@ -496,6 +505,80 @@ class Bench:
         )
         out += ["", f"Claims never duplicated, every job completed once: **{'yes' if clean else 'NO'}**", ""]
 
+    async def cleanup(self, out: list[str]) -> None:
+        """How fast the worker's retention cleanup deletes finished jobs already past their retention."""
+        from awa_bridge.worker.config import WorkerConfig
+
+        a = self.args
+        retention = WorkerConfig(**self.config).completed_retention
+        if self.drain_rate is None:
+            db = self.fresh()
+            try:
+                url = self.dbs.url(db)
+                await enqueue(url, a.jobs)
+                self.drain_rate = (await self.drain(url, a.jobs)).rate
+            finally:
+                self.dbs.drop(db)
+        db = self.fresh()
+        worker = bp.Worker("awa_bridge", self.dbs.url(db), 10, bridge_config=self.config)
+        try:
+            url = self.dbs.url(db)
+            say(f"cleanup: making {a.cleanup_rows:,} finished jobs past their retention ({retention:g} s)")
+            await fill_retained(url, a.cleanup_rows, age=retention + 60)
+            await worker.spawn()
+            conn = await asyncpg_connect(url)
+            try:
+                count = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
+                poll = 0.1 if a.cleanup_rows <= 100_000 else 0.5
+                began = time.perf_counter()
+                await worker.send("GO")
+                progress: list[tuple[float, int]] = []
+                while True:
+                    left = int(await conn.fetchval(count))
+                    now = time.perf_counter() - began
+                    progress.append((now, left))
+                    if left == 0 or now > a.cleanup_timeout:
+                        break
+                    await asyncio.sleep(poll)
+            finally:
+                await conn.close()
+            await worker.stop()
+        finally:
+            await worker.kill()
+            worker.cleanup()
+            self.dbs.drop(db)
+        seconds, left = progress[-1]
+        deleted = a.cleanup_rows - left
+        first = next((t for t, rem in progress if rem < a.cleanup_rows), None)
+        rate = deleted / seconds if seconds else 0.0
+        warm = deleted / (seconds - first) if first is not None and seconds > first else rate
+        drain = self.drain_rate or 0.0
+        out += [
+            f"## Retention cleanup: {a.cleanup_rows:,} finished jobs past their retention",
+            "",
+            f"One worker process (concurrency 10, no jobs to run; WorkerConfig overrides "
+            f"{json.dumps(self.config) if self.config else 'none'}) started on a table of completed jobs "
+            f"finalized more than completed_retention ({retention:g} s) ago; the parent counts the completed "
+            f"rows every {poll * 1000:.0f} ms until none is left or {a.cleanup_timeout:g} s have passed.",
+            "",
+            "| rows | deleted | seconds | first deletion seen at s | deleted/s | after the first deletion /s "
+            "| 1-process drain jobs/s (this run) | cleanup / drain |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {a.cleanup_rows:,} | {deleted:,}{'' if left == 0 else ' (timeout)'} | {seconds:.1f} "
+            f"| {'-' if first is None else f'{first:.1f}'} | {rate:,.0f} | {warm:,.0f} | {drain:,.0f} "
+            f"| **{ratio(warm, drain)}x** |",
+            "",
+            "Target (issue 11 point 1): cleanup at least 10x the drain rate, so retention keeps up with any rate "
+            "the worker reaches.",
+            "",
+        ]
+
+
+async def asyncpg_connect(url: str) -> Any:
+    import asyncpg
+
+    return await asyncpg.connect(url)
+
 
 async def run(args: argparse.Namespace, server_url: str) -> list[str]:
     import awa_bridge
@@ -550,13 +633,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sql-batch", type=int, default=100, help="SQL-only loop claim batch (default 100, the worker's claim_batch)"
     )
+    parser.add_argument(
+        "--cleanup-rows", type=int, default=1_000_000, help="finished jobs past retention to clean up (1,000,000)"
+    )
+    parser.add_argument(
+        "--cleanup-timeout", type=float, default=120.0, help="seconds the cleanup section waits at most (120)"
+    )
     parser.add_argument("--drain-timeout", type=float, default=600.0, help="seconds before a drain gives up (600)")
     parser.add_argument("--bridge-config", metavar="JSON", help="WorkerConfig overrides for awa_bridge's worker")
     args = parser.parse_args(argv)
     for name in args.only:
         if name not in SECTIONS:
             parser.error(f"--only: unknown section {name!r} (choose from {', '.join(SECTIONS)})")
-    for name in ("retained", "jobs", "rounds", "backlog", "small", "scale_jobs", "concurrency"):
+    for name in ("retained", "jobs", "rounds", "backlog", "small", "scale_jobs", "concurrency", "cleanup_rows"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.sql_connections < 1 or args.sql_batch < 1 or any(p < 1 for p in args.processes):

@@ -138,6 +138,10 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
         "600",
         "--concurrency",
         "20",
+        "--cleanup-rows",
+        "2000",
+        "--cleanup-timeout",
+        "3",
     )
     assert "FAILED" not in out, out + err
     assert "## Drain with 3,000 retained finished jobs vs an empty table" in out
@@ -146,6 +150,7 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
     assert "Rate per tenth of the big drain" in out
     assert "| 2 |" in out
     assert "Claims never duplicated, every job completed once: **yes**" in out
+    assert "## Retention cleanup: 2,000 finished jobs past their retention" in out
 
 
 @pytest.mark.slow
