@@ -1,0 +1,299 @@
+"""Worker subprocesses that report while they run, for bench_soak.py and bench_scale.py.
+
+bench_worker.py's children report once, when stopped. A soak needs figures
+every minute and a scale run needs to know which process ran which job, so
+these children answer three commands on stdin, one line each:
+
+* ``GO``: start the worker; answers ``STARTED``.
+* ``STATS``: answers ``STATS {"handled": n, "latencies": [...]}`` with the jobs
+  handled and the pickup latencies (milliseconds) recorded since the previous
+  ``STATS`` (each job carries ``t``, the producer's ``time.time()`` just before
+  its insert; 0 means not timed).
+* ``STOP`` (or end of input): stop the worker, write the ids of every job it
+  handled to the ledger file if one was given (int64 array), answer
+  ``RESULT {"handled": n}``, exit.
+
+The parent side is ``Worker``. Run ``python benchmarks/bench_procs.py --help``
+for the child's own options (only the benchmarks start it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+KIND = "noop"
+QUEUE = "bench"
+CHILD_SYSTEMS = ("awa_bridge", "pgqueuer", "procrastinate")
+PGQUEUER_BATCH = 100  # as bench_worker.py: its default of 10 drains 2-4x slower
+PROCRASTINATE_POOL = 10
+# A STATS line carries every latency of its period: a minute at 20,000 jobs/s is ~10 MB.
+STDOUT_LINE_LIMIT = 2**27
+
+
+class Recorder:
+    """What the handlers saw: counts, latencies since the last report, job ids."""
+
+    def __init__(self, keep_ids: bool) -> None:
+        self.handled = 0
+        self.since = 0
+        self.latencies: list[float] = []
+        self.ids: array.array[int] | None = array.array("q") if keep_ids else None
+
+    def record(self, job_id: int, t: float | None) -> None:
+        self.handled += 1
+        self.since += 1
+        if t:
+            self.latencies.append(time.time() - t)
+        if self.ids is not None:
+            self.ids.append(job_id)
+
+    def report(self) -> dict[str, Any]:
+        # Milliseconds to the microsecond keep a minute of samples at a high rate one short line.
+        out = {"handled": self.since, "latencies": [round(x * 1000, 3) for x in self.latencies]}
+        self.since = 0
+        self.latencies = []
+        return out
+
+
+def make_worker(
+    system: str, url: str, concurrency: int, rec: Recorder, bridge_config: dict[str, Any]
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """The (start, stop) pair of one system's worker, handlers recording into ``rec``."""
+    if system == "awa_bridge":
+        from awa_bridge.worker.client import Client
+        from awa_bridge.worker.config import QueueConfig
+
+        client = Client(url, **bridge_config)
+
+        @client.task(KIND, queue=QUEUE)
+        async def bridge_noop(job: Any) -> None:
+            rec.record(job.id, job.args.get("t"))
+
+        async def start() -> None:
+            await client.start([QueueConfig(QUEUE, max_workers=concurrency)])
+
+        async def stop() -> None:
+            await client.shutdown()
+
+        return start, stop
+
+    if system == "pgqueuer":
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.qm import QueueManager
+        from pgqueuer.queries import Queries
+
+        runner: dict[str, Any] = {}
+
+        async def pgq_start() -> None:
+            conn = await asyncpg.connect(url)
+            qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+            @qm.entrypoint(KIND)
+            async def pgq_noop(job: Any) -> None:
+                rec.record(int(job.id), json.loads(job.payload).get("t"))
+
+            batch = max(1, min(PGQUEUER_BATCH, concurrency // 2))
+            runner.update(conn=conn, qm=qm)
+            runner["task"] = asyncio.create_task(qm.run(batch_size=batch, max_concurrent_tasks=concurrency))
+
+        async def pgq_stop() -> None:
+            runner["qm"].shutdown.set()
+            await runner["task"]
+            await runner["conn"].close()
+
+        return pgq_start, pgq_stop
+
+    if system == "procrastinate":
+        import procrastinate
+
+        logging.getLogger("procrastinate").setLevel(logging.ERROR)
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=PROCRASTINATE_POOL)
+        )
+
+        @app.task(name=KIND, queue=QUEUE, pass_context=True)
+        async def proc_noop(context: Any, i: int = 0, t: float = 0.0) -> None:
+            rec.record(int(context.job.id), t)
+
+        tasks: dict[str, asyncio.Task[None]] = {}
+
+        async def proc_start() -> None:
+            await app.open_async()
+            tasks["worker"] = asyncio.create_task(
+                app.run_worker_async(queues=[QUEUE], concurrency=concurrency, wait=True, install_signal_handlers=False)
+            )
+
+        async def proc_stop() -> None:
+            tasks["worker"].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks["worker"]
+            await app.close_async()
+
+        return proc_start, proc_stop
+
+    raise SystemExit(f"unknown system {system!r} (choose from {', '.join(CHILD_SYSTEMS)})")
+
+
+async def child_main(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    rec = Recorder(keep_ids=bool(args.ledger))
+    start, stop = make_worker(args.system, args.url, args.concurrency, rec, json.loads(args.bridge_config or "{}"))
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print("READY", flush=True)
+    while True:
+        command = (await reader.readline()).decode().strip()
+        if command == "GO":
+            await start()
+            print("STARTED", flush=True)
+        elif command == "STATS":
+            print("STATS", json.dumps(rec.report()), flush=True)
+        elif command in ("STOP", ""):
+            await stop()
+            if args.ledger and rec.ids is not None:
+                with open(args.ledger, "wb") as f:
+                    rec.ids.tofile(f)
+            print("RESULT", json.dumps({"handled": rec.handled}), flush=True)
+            return
+
+
+# -- parent side ----------------------------------------------------------------------
+
+
+class Worker:
+    """One worker subprocess (this file), driven over stdin/stdout; stderr goes to a temp log."""
+
+    def __init__(
+        self,
+        system: str,
+        url: str,
+        concurrency: int,
+        *,
+        bridge_config: dict[str, Any] | None = None,
+        ledger: bool = False,
+    ) -> None:
+        self.system = system
+        self.url = url
+        self.concurrency = concurrency
+        self.bridge_config = bridge_config or {}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench_{system}_", suffix=".log", delete=False)  # noqa: SIM115
+        self.ledger = self.log.name[: -len(".log")] + ".ids" if ledger else None
+
+    async def spawn(self, timeout: float = 60) -> None:
+        argv = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--system",
+            self.system,
+            "--url",
+            self.url,
+            "--concurrency",
+            str(self.concurrency),
+            "--bridge-config",
+            json.dumps(self.bridge_config),
+        ]
+        if self.ledger:
+            argv += ["--ledger", self.ledger]
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self.log,
+            limit=STDOUT_LINE_LIMIT,
+            # Ctrl-C reaches the parent only, which stops its children in order;
+            # if the parent dies, the child sees end of input and stops too.
+            start_new_session=True,
+        )
+        await self.expect("READY", timeout)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def send(self, line: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def expect(self, word: str, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+            if not raw:
+                raise RuntimeError(f"{self.system} worker exited before {word}: {self.tail()}")
+            line = raw.decode().strip()
+            if line.startswith(word):
+                return line[len(word) :].strip()
+
+    async def start(self, timeout: float = 60) -> None:
+        await self.send("GO")
+        await self.expect("STARTED", timeout)
+
+    async def stats(self, timeout: float = 30) -> dict[str, Any]:
+        await self.send("STATS")
+        result: dict[str, Any] = json.loads(await self.expect("STATS", timeout))
+        return result
+
+    async def stop(self, timeout: float = 60) -> int:
+        """Stop the worker; the number of jobs it handled in all."""
+        await self.send("STOP")
+        payload = json.loads(await self.expect("RESULT", timeout))
+        assert self.proc is not None
+        await asyncio.wait_for(self.proc.wait(), timeout)
+        return int(payload["handled"])
+
+    def ids(self) -> array.array[int]:
+        """The ids of the jobs this worker handled (after ``stop``)."""
+        out = array.array("q")
+        if self.ledger and os.path.exists(self.ledger):
+            with open(self.ledger, "rb") as f:
+                out.frombytes(f.read())
+        return out
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    def tail(self) -> str:
+        self.log.flush()
+        with open(self.log.name, errors="replace") as f:
+            return f.read()[-2000:]
+
+    def cleanup(self) -> None:
+        self.log.close()
+        for path in (self.log.name, self.ledger):
+            if path:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="A benchmark worker child (started by bench_soak.py and bench_scale.py)."
+    )
+    parser.add_argument("--system", required=True, choices=CHILD_SYSTEMS)
+    parser.add_argument("--url", required=True, help="the database the worker runs on")
+    parser.add_argument("--concurrency", type=int, default=100, help="handlers at once (default 100)")
+    parser.add_argument("--ledger", help="file for the ids of the jobs handled (written at STOP)")
+    parser.add_argument("--bridge-config", help="WorkerConfig overrides for awa_bridge, as JSON")
+    asyncio.run(child_main(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

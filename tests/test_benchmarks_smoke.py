@@ -1,0 +1,291 @@
+"""The soak and scale benchmarks run as documented, with tiny parameters, so they cannot rot.
+
+No figure is asserted (timings belong to the benchmarks, never to tests): a
+run must finish, print its tables and verdicts, find no duplicated claim, and
+leave no database or worker process behind, also when interrupted. The
+verdict logic itself is checked on made-up periods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import bench_procs  # noqa: E402
+import bench_scale  # noqa: E402
+import bench_soak  # noqa: E402
+import bench_worker  # noqa: E402
+
+
+def leftover_databases(server_url: str, pid: int) -> list[str]:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_benchw_{pid}_%",))
+        return [r[0] for r in rows]
+
+
+def produced(url: str) -> bool:
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM awa.jobs)").fetchone()
+            return bool(row and row[0])
+    except psycopg.Error:  # not migrated yet
+        return False
+
+
+def run_script(server_url: str, script: str, *args: str, timeout: float = 240) -> tuple[str, str, int]:
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / script), "--database-url", server_url, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    assert leftover_databases(server_url, proc.pid) == []
+    return out, err, proc.pid
+
+
+def peers_installed() -> list[str]:
+    found = []
+    for module, name in (("pgqueuer", "pgqueuer"), ("procrastinate", "procrastinate")):
+        try:
+            __import__(module)
+        except ImportError:
+            continue
+        found.append(name)
+    return found
+
+
+@pytest.mark.slow
+def test_soak_runs_with_peers_and_prints_a_comparison(server_url: str) -> None:
+    systems = ["awa_bridge", *peers_installed()]
+    out, _, _ = run_script(
+        server_url,
+        "bench_soak.py",
+        "--minutes",
+        "0.1",
+        "--rate",
+        "100",
+        "--report-seconds",
+        "2",
+        "--retention",
+        "5",
+        "--systems",
+        ",".join(systems),
+    )
+    for name in systems:
+        assert f"## {name}: 100 jobs/s offered for 0.1 min" in out
+    assert out.count("Verdict: **") == len(systems)
+    assert "produced/s | handled/s | p50 ms | p95 ms | p99 ms | live rows | finished rows" in out
+    if len(systems) > 1:
+        assert "## Comparison (first vs last window)" in out
+    assert "Error:" not in out, out
+
+
+@pytest.mark.slow
+def test_soak_find_max_ramps_then_soaks(server_url: str) -> None:
+    out, err, _ = run_script(
+        server_url,
+        "bench_soak.py",
+        "--find-max",
+        "--start-rate",
+        "50",
+        "--max-rate",
+        "100",
+        "--step-seconds",
+        "1",
+        "--minutes",
+        "0.05",
+        "--report-seconds",
+        "1",
+    )
+    assert "finding the highest sustained rate" in err
+    assert "Highest sustained rate found:" in out or "no rate from 50/s up was sustained" in out
+
+
+@pytest.mark.slow
+def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> None:
+    out, err, _ = run_script(
+        server_url,
+        "bench_scale.py",
+        "--retained",
+        "3000",
+        "--jobs",
+        "300",
+        "--rounds",
+        "1",
+        "--backlog",
+        "2000",
+        "--small",
+        "300",
+        "--processes",
+        "1,2",
+        "--scale-jobs",
+        "600",
+        "--concurrency",
+        "20",
+        "--cleanup-rows",
+        "2000",
+        "--cleanup-timeout",
+        "3",
+    )
+    assert "FAILED" not in out, out + err
+    assert "## Drain with 3,000 retained finished jobs vs an empty table" in out
+    assert "Retained / empty: **" in out
+    assert "Big / small: **" in out
+    assert "Rate per tenth of the big drain" in out
+    assert "| 2 |" in out
+    assert "Claims never duplicated, every job completed once: **yes**" in out
+    assert "## Retention cleanup: 2,000 finished jobs past their retention" in out
+
+
+@pytest.mark.slow
+def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "bench_soak.py"), "--database-url", server_url, "--minutes", "5"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell's background job ignores SIGINT; a terminal's Ctrl-C does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        children: list[Any] = []
+        while time.monotonic() < deadline:
+            children = [c for c in parent.children(recursive=True) if "bench_procs.py" in " ".join(c.cmdline())]
+            if children and leftover_databases(server_url, proc.pid):
+                break
+            time.sleep(0.1)
+        assert children, "the soak never started its worker"
+        # Interrupt mid-run: once the producer's jobs are in the soak's database.
+        soak_db = bench_worker.with_dbname(server_url, f"awa_benchw_{proc.pid}_awa_bridge")
+        while time.monotonic() < deadline and not produced(soak_db):
+            time.sleep(0.1)
+        assert produced(soak_db), "the soak's producer never inserted a job"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: workers stopped, databases dropped" in err
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert leftover_databases(server_url, proc.pid) == []
+
+
+@pytest.mark.slow
+async def test_a_worker_child_reports_a_long_period_in_one_stats_line(db_url: str) -> None:
+    """20,000 latencies (well over asyncio's 64 KiB default line) come back in one STATS answer."""
+    import asyncpg
+
+    import awa_bridge
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        now = time.time()
+        jobs = [{"i": i, "t": now} for i in range(20_000)]
+        await awa_bridge.insert_many(conn, jobs, kind=bench_procs.KIND, queue=bench_procs.QUEUE)
+    finally:
+        await conn.close()
+    worker = bench_procs.Worker("awa_bridge", db_url, 50, ledger=True)
+    try:
+        await worker.spawn()
+        await worker.start()
+        handled: list[float] = []
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 20_000 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            got = await worker.stats()
+            seen += got["handled"]
+            handled.extend(got["latencies"])
+        assert seen == 20_000
+        assert len(handled) == 20_000 and all(x > 0 for x in handled)
+        assert await worker.stop() == 20_000
+        assert sorted(worker.ids()) == sorted(set(worker.ids())) and len(worker.ids()) == 20_000
+    finally:
+        await worker.kill()
+        worker.cleanup()
+
+
+# -- the verdict, on made-up periods ----------------------------------------------------------
+
+
+def period(k: int, rate: float, p95: float, size_mb: float, live: int = 0) -> bench_soak.Interval:
+    return bench_soak.Interval(
+        end=60.0 * k,
+        seconds=60.0,
+        produced=int(rate * 60),
+        handled=int(rate * 60),
+        p50=p95 / 2,
+        p95=p95,
+        p99=p95 * 2,
+        live=live,
+        finished=1000,
+        heap=int(size_mb * 2**20 * 0.7),
+        indexes=int(size_mb * 2**20 * 0.3),
+        dead=0,
+        autovacuums=0,
+        autoanalyzes=0,
+        vacuuming=0,
+    )
+
+
+def test_a_flat_soak_passes() -> None:
+    periods = [period(k, 2000, 3.0, 100.0) for k in range(1, 31)]
+    verdict = bench_soak.judge(periods, 2000, 300, retention=120)
+    assert verdict.passed and verdict.size_judged, verdict.lines
+    assert verdict.word == "PASS"
+
+
+def test_a_growing_table_fails_the_soak() -> None:
+    periods = [period(k, 2000, 3.0, 100.0 + 10 * k) for k in range(1, 31)]
+    verdict = bench_soak.judge(periods, 2000, 300, retention=120)
+    assert not verdict.passed
+    assert any("FAIL: growing" in line for line in verdict.lines)
+
+
+def test_a_slowing_soak_fails_on_throughput_and_p95() -> None:
+    periods = [period(k, 2000 if k <= 20 else 1500, 3.0 if k <= 20 else 5.0, 100.0) for k in range(1, 31)]
+    verdict = bench_soak.judge(periods, 2000, 300, retention=120)
+    assert not verdict.passed
+    assert any(line.startswith("throughput:") and "FAIL" in line for line in verdict.lines)
+    assert any(line.startswith("pickup p95") and "FAIL" in line for line in verdict.lines)
+
+
+def test_a_short_soak_does_not_judge_size() -> None:
+    periods = [period(k, 200, 3.0, 1.0 + k) for k in range(1, 4)]
+    verdict = bench_soak.judge(periods, 200, 300, retention=120)
+    assert verdict.passed and not verdict.size_judged
+    assert verdict.word == "PASS (size not judged)"
+
+
+def test_segment_rates_cover_the_drain_in_tenths() -> None:
+    run = bench_scale.DrainRun(n=1000, seconds=10.0, rate=100.0)
+    run.progress = [(float(t), 1000 - 100 * t) for t in range(11)]
+    assert bench_scale.segment_rates(run) == [100.0] * 10
+
+
+def test_warm_rate_leaves_the_start_up_out() -> None:
+    run = bench_scale.DrainRun(n=1000, seconds=2.0, rate=500.0)
+    run.progress = [(0.0, 1000), (0.5, 1000), (1.0, 900), (1.5, 450), (2.0, 0)]
+    assert run.warm_rate == pytest.approx(900.0)
+    assert bench_scale.DrainRun(n=10, seconds=1.0, rate=10.0, progress=[(1.0, 0)]).warm_rate == 10.0
