@@ -2,22 +2,28 @@
 
 from .errors import (
     CeleryError,
+    ChordError,
     ImproperlyConfigured,
     MaxRetriesExceededError,
     NotRegistered,
     Retry,
+    SoftTimeLimitExceeded,
     TaskError,
     TaskRevokedError,
+    TimeLimitExceeded,
     TimeoutError,
 )
 
 __all__ = [
     "CeleryError",
+    "ChordError",
     "ImproperlyConfigured",
     "MaxRetriesExceededError",
     "NotRegistered",
     "Retry",
+    "SoftTimeLimitExceeded",
     "TaskError",
     "TaskRevokedError",
+    "TimeLimitExceeded",
     "TimeoutError",
 ]

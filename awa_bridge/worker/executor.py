@@ -49,7 +49,7 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
     except ArgsDecodeError as exc:
         return failed_at_once(ctx, str(exc), exc)
     runtime.hooks.fire("started", ctx)
-    if handler.transactional:
+    if handler.in_transaction(ctx):
         await run_transactional(runtime, handler, ctx)
         return None
     try:

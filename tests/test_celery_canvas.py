@@ -1,0 +1,217 @@
+"""Celery compatibility, deep (issue 13): canvas, update_state, time limits, signals, kombu's JSON,
+retry counting, settings and inspect. Each behaviour runs on the real awa worker against real
+PostgreSQL, and, where Celery can run it without a broker, side by side with real Celery 5.7 in
+eager mode: the test computes Celery's outcome in the same run and compares."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import celery
+import pytest
+
+from awa_bridge.celery import (
+    AsyncResult,
+    Celery,
+    ChordError,
+    GroupResult,
+    UnsupportedOption,
+    chain,
+    chord,
+    group,
+    signature,
+    states,
+)
+from awa_bridge.worker import Client
+
+from . import celery_canvas_app as canvas
+from .celery_canvas_app import add, fail, mul, tsum
+from .waiting import FAST, wait_until
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def app(db_url: str) -> Any:
+    canvas.app.conf.database_url = db_url
+    canvas.ERRBACKS.clear()
+    yield canvas.app
+    canvas.app.close()
+
+
+@pytest.fixture
+def ref() -> Any:
+    return canvas.reference_app()
+
+
+@pytest.fixture
+async def worker(app: Celery, db_url: str) -> AsyncIterator[Callable[..., Awaitable[Client]]]:
+    clients: list[Client] = []
+
+    async def start() -> Client:
+        client = Client(db_url, **FAST)
+        app.install(client)
+        clients.append(client)
+        await client.start(["default"])
+        return client
+
+    yield start
+    for client in clients:
+        await client.shutdown(timeout=2)
+
+
+async def get(result: Any, timeout: float = 20, **kwargs: Any) -> Any:
+    """``result.get`` blocks: run it beside the worker's event loop."""
+    return await asyncio.to_thread(result.get, timeout=timeout, interval=0.02, **kwargs)
+
+
+def t(app: Any, name: str) -> Any:
+    return app.tasks[f"canvas.{name}"]
+
+
+# -- signatures -------------------------------------------------------------------------------------------
+
+
+def test_signatures_build_and_apply_partially_as_celerys(app: Celery, ref: Any) -> None:
+    for side in (app, ref):
+        s = t(side, "add").s(2)
+        assert s.args == (2,) and s.task == "canvas.add"
+        assert s.clone((1,)).args == (1, 2)  # new args first, as Celery's partial application
+        assert t(side, "add").si(2, 2).immutable
+        assert s.set(queue="math").options["queue"] == "math"
+    ours, theirs = (
+        signature("canvas.add", args=(2,), kwargs={"y": 3}, app=app),
+        celery.signature("canvas.add", args=(2,), kwargs={"y": 3}, app=ref),
+    )
+    assert dict(ours) == {**dict(theirs), "args": (2,)} or ours["args"] == tuple(theirs["args"])
+    assert ours.kwargs == theirs.kwargs == {"y": 3}
+    assert ours() == theirs() == 5  # calling a signature runs the task here
+
+
+# -- the canvas on the real worker, beside Celery's eager outcome ----------------------------------------------
+
+
+async def test_chain_passes_each_value_on(worker: Any, app: Celery, ref: Any) -> None:
+    theirs = (t(ref, "add").s(2, 2) | t(ref, "add").s(4) | t(ref, "mul").s(3)).delay().get()
+    await worker()
+    result = (t(app, "add").s(2, 2) | t(app, "add").s(4) | t(app, "mul").s(3)).delay()
+    assert await get(result) == theirs == 24
+    assert await get(result.parent) == 8 and await get(result.parent.parent) == 4
+    immutable = chain(t(app, "add").s(1, 1), t(app, "add").si(10, 10)).apply_async()
+    assert await get(immutable) == 20
+
+
+async def test_group_results_come_back_in_group_order(worker: Any, app: Celery, ref: Any) -> None:
+    theirs = celery.group(t(ref, "slow_add").s(i, i) for i in range(8)).delay().get()
+    await worker()
+    result = group(t(app, "slow_add").s(i, i) for i in range(8)).delay()
+    assert isinstance(result, GroupResult) and len(result) == 8
+    assert await get(result) == theirs == [2 * i for i in range(8)]
+    assert result.ready() and result.successful() and result.completed_count() == 8
+
+
+async def test_a_failed_group_member_raises_its_own_error(worker: Any, app: Celery, ref: Any) -> None:
+    with pytest.raises(ValueError, match="boom 1") as theirs:
+        celery.group(t(ref, "add").s(1, 1), t(ref, "fail").s(1), t(ref, "add").s(2, 2)).delay().get()
+    await worker()
+    result = group(t(app, "add").s(1, 1), t(app, "fail").s(1), t(app, "add").s(2, 2)).delay()
+    with pytest.raises(ValueError, match="boom 1") as ours:
+        await get(result)
+    assert str(ours.value) == str(theirs.value)
+    assert await get(result, propagate=False) == [2, ours.value, 4] or (await get(result, propagate=False))[2] == 4
+
+
+async def test_chord_callback_gets_the_header_values_in_order(worker: Any, app: Celery, ref: Any) -> None:
+    theirs = celery.chord(t(ref, "slow_add").s(i, 1) for i in range(6))(t(ref, "tsum").s()).get()
+    await worker()
+    result = chord(t(app, "slow_add").s(i, 1) for i in range(6))(t(app, "tsum").s())
+    assert await get(result) == theirs == 21
+    assert [await get(r) for r in result.parent.results] == [i + 1 for i in range(6)]
+    listed = chord([t(app, "add").s(i, 0) for i in range(3)], t(app, "echo").s()).delay()
+    assert (await get(listed))["args"] == [[0, 1, 2]]
+
+
+async def test_a_chain_with_a_group_then_a_task_becomes_a_chord(worker: Any, app: Celery, ref: Any) -> None:
+    ref_flow = t(ref, "add").s(1, 1) | celery.group(t(ref, "mul").s(i) for i in range(1, 4)) | t(ref, "tsum").s()
+    theirs = ref_flow.delay().get()
+    await worker()
+    flow = t(app, "add").s(1, 1) | group(t(app, "mul").s(i) for i in range(1, 4)) | t(app, "tsum").s()
+    assert isinstance(flow, chain) and isinstance(flow._steps()[1], chord)
+    assert await get(flow.delay()) == theirs == 12  # 2*1 + 2*2 + 2*3
+
+
+async def test_a_failed_chord_member_fails_the_callback_with_chord_error(worker: Any, app: Celery, ref: Any) -> None:
+    # Celery eager raises the member's own error from the chord call; its real workers mark the
+    # callback FAILURE with ChordError("Dependency ... raised ..."), which is what awa's worker does.
+    with pytest.raises(ValueError, match="boom 2"):
+        celery.chord([t(ref, "add").s(1, 1), t(ref, "fail").s(2)])(t(ref, "tsum").s())
+    await worker()
+    errback = t(app, "on_error").s()
+    result = chord([t(app, "add").s(1, 1), t(app, "fail").s(2)], t(app, "tsum").s().on_error(errback)).delay()
+    with pytest.raises(ChordError, match=r"Dependency .* raised ValueError\('boom 2'\)"):
+        await get(result)
+    assert AsyncResult(result.id, app=app).state == states.FAILURE
+    await wait_until(lambda: any(r[0] == result.id for r in canvas.ERRBACKS))
+
+
+async def test_link_and_link_error_run_as_celerys(worker: Any, app: Celery, ref: Any) -> None:
+    canvas.ERRBACKS.clear()
+    with pytest.raises(ValueError):
+        t(ref, "fail").apply_async((7,), link_error=t(ref, "on_error").s()).get()
+    theirs = list(canvas.ERRBACKS)
+    canvas.ERRBACKS.clear()
+    await worker()
+    linked = t(app, "add").s(2, 3)
+    follow = linked.link(t(app, "mul").s(10).set(task_id="link-follow-up"))
+    linked.delay()
+    assert await get(AsyncResult(follow.id, app=app)) == 50
+    failing = t(app, "fail").apply_async((7,), link_error=t(app, "on_error").s())
+    with pytest.raises(ValueError, match="boom 7"):
+        await get(failing)
+    await wait_until(lambda: canvas.ERRBACKS)
+    assert [(name, text) for _, name, text in canvas.ERRBACKS] == [(name, text) for _, name, text in theirs]
+    assert canvas.ERRBACKS[0][0] == failing.id
+
+
+async def test_a_failed_chain_step_stops_the_chain_and_raises_from_the_last_result(
+    worker: Any, app: Celery, ref: Any
+) -> None:
+    with pytest.raises(ValueError, match="boom 2"):
+        (t(ref, "add").s(1, 1) | t(ref, "fail").s() | t(ref, "add").s(1)).delay()
+    await worker()
+    result = (t(app, "add").s(1, 1) | t(app, "fail").s() | t(app, "add").s(1)).delay()
+    with pytest.raises(ValueError, match="boom 2"):
+        await get(result)
+    assert result.state == states.PENDING  # never enqueued
+
+
+def test_canvas_in_eager_mode_gives_celerys_outcomes(ref: Any) -> None:
+    ours = Celery("eager_canvas", set_as_current=False, task_always_eager=True)
+    for fun in (add, mul, tsum, fail):
+        ours.task(name=f"canvas.{fun.__name__}")(fun)
+    flows = [
+        lambda a: (t(a, "add").s(2, 2) | t(a, "mul").s(5)).delay().get(),
+        lambda a: [r.get() for r in _group(a)(t(a, "add").s(i, i) for i in range(4)).delay().results],
+        lambda a: _chord(a)(t(a, "add").s(i, 1) for i in range(4))(t(a, "tsum").s()).get(),
+        lambda a: (
+            (t(a, "add").s(1, 1) | _group(a)(t(a, "mul").s(i) for i in range(3)) | t(a, "tsum").s()).delay().get()
+        ),
+    ]
+    for flow in flows:
+        assert flow(ours) == flow(ref)
+
+
+def _group(side: Any) -> Any:
+    return celery.group if not isinstance(side, Celery) else group
+
+
+def _chord(side: Any) -> Any:
+    return celery.chord if not isinstance(side, Celery) else chord
+
+
+def test_nesting_awa_cannot_do_is_refused_clearly(app: Celery) -> None:
+    inner = group(t(app, "add").s(1, 1), t(app, "add").s(2, 2))
+    with pytest.raises(UnsupportedOption, match="a group inside a chord is not supported"):
+        chord([inner, t(app, "add").s(3, 3)], t(app, "tsum").s()).delay()
