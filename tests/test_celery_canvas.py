@@ -6,8 +6,12 @@ eager mode: the test computes Celery's outcome in the same run and compares."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import celery
 import pytest
@@ -21,6 +25,7 @@ from awa_bridge.celery import (
     chain,
     chord,
     group,
+    signals,
     signature,
     states,
 )
@@ -215,3 +220,242 @@ def test_nesting_awa_cannot_do_is_refused_clearly(app: Celery) -> None:
     inner = group(t(app, "add").s(1, 1), t(app, "add").s(2, 2))
     with pytest.raises(UnsupportedOption, match="a group inside a chord is not supported"):
         chord([inner, t(app, "add").s(3, 3)], t(app, "tsum").s()).delay()
+
+
+# -- update_state, time limits, rate limits ----------------------------------------------------------------
+
+
+async def test_update_state_shows_a_custom_state_and_info_while_running(worker: Any, app: Celery) -> None:
+    canvas.progress_gate.clear()
+    await worker()
+    result = t(app, "progress").delay(3)
+    first = await wait_until(lambda: (r := AsyncResult(result.id, app=app)).state == "PROGRESS" and r.info)
+    assert first["total"] == 3  # each update is written at once, so any of the three may be read first
+    await wait_until(lambda: AsyncResult(result.id, app=app).info == {"current": 3, "total": 3})
+    assert AsyncResult(result.id, app=app).state == "PROGRESS" and not result.ready()
+    canvas.progress_gate.set()
+    assert await get(result) == "done"
+    assert AsyncResult(result.id, app=app).state == states.SUCCESS
+
+
+async def test_soft_time_limit_raises_inside_the_task_and_time_limit_fails_it(
+    worker: Any, app: Celery, ref: Any
+) -> None:
+    # Celery's eager mode applies no time limits (they belong to its pool); its worker raises
+    # SoftTimeLimitExceeded in the task and fails it with TimeLimitExceeded, as awa's does.
+    await worker()
+    soft = t(app, "soft_limited").apply_async(soft_time_limit=0.2)
+    assert await get(soft) == "cleaned up"
+    hard = t(app, "hard_limited").apply_async(time_limit=0.2)
+    from awa_bridge.celery import TimeLimitExceeded
+
+    with pytest.raises(TimeLimitExceeded):
+        await get(hard)
+
+
+async def test_rate_limit_spreads_runs_without_spending_attempts(worker: Any, app: Celery, db_url: str) -> None:
+    limited = Celery("limited", database_url=db_url, set_as_current=False)
+    runs: list[float] = []
+
+    @limited.task(name="limited.tick", rate_limit="10/s")
+    def tick() -> None:
+        import time
+
+        runs.append(time.monotonic())
+
+    client = Client(db_url, **FAST)
+    limited.install(client)
+    await client.start(["default"])
+    try:
+        results = [tick.delay() for _ in range(15)]
+        await wait_until(lambda: all(r.state == states.SUCCESS for r in results), timeout=20)
+    finally:
+        await client.shutdown(timeout=2)
+        limited.close()
+    assert len(runs) == 15
+    assert runs[-1] - runs[0] >= 0.4  # 10 at once (one second's bucket), the other 5 at 10/s
+    assert all(r.retries == 0 for r in results)
+
+
+# -- signals, logging --------------------------------------------------------------------------------------
+
+
+def _record_signals(module: Any, log: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
+    receivers = []
+    for name in ("task_prerun", "task_postrun", "task_success", "task_failure", "task_retry"):
+
+        def receiver(sender: Any = None, _name: str = name, **kwargs: Any) -> None:
+            log.append((_name, tuple(sorted(k for k in kwargs if k != "signal"))))
+
+        getattr(module, name).connect(receiver)
+        receivers.append((getattr(module, name), receiver))
+    return receivers
+
+
+async def test_task_signals_fire_with_celerys_arguments(worker: Any, app: Celery, ref: Any) -> None:
+    from celery import signals as celery_signals
+
+    theirs: list[tuple[str, tuple[str, ...]]] = []
+    ours: list[tuple[str, tuple[str, ...]]] = []
+    connected = _record_signals(celery_signals, theirs)
+    t(ref, "add").delay(1, 2)
+    t(ref, "fail").delay(1)
+    for sig, receiver in connected:
+        sig.disconnect(receiver)
+    connected = _record_signals(signals, ours)
+    try:
+        await worker()
+        await get(t(app, "add").delay(1, 2))
+        with pytest.raises(ValueError):
+            await get(t(app, "fail").delay(1))
+        await wait_until(lambda: len(ours) >= len(theirs))
+    finally:
+        for sig, receiver in connected:
+            sig.disconnect(receiver)
+    assert [name for name, _ in theirs] == [
+        *("task_prerun", "task_success", "task_postrun"),
+        *("task_prerun", "task_failure", "task_postrun"),
+    ]
+    assert ours == theirs  # same signals, same order, same argument names
+
+
+async def test_worker_ready_and_shutdown_signals(app: Celery, db_url: str) -> None:
+    seen: list[str] = []
+
+    def ready(sender: Any = None, **kwargs: Any) -> None:
+        seen.append("ready")
+
+    def shutdown(sender: Any = None, **kwargs: Any) -> None:
+        seen.append("shutdown")
+
+    signals.worker_ready.connect(ready)
+    signals.worker_shutdown.connect(shutdown)
+    try:
+        client = Client(db_url, **FAST)
+        app.install(client)
+        await client.start(["default"])
+        assert seen == ["ready"]
+        await client.shutdown(timeout=2)
+        assert seen == ["ready", "shutdown"]
+    finally:
+        signals.worker_ready.disconnect(ready)
+        signals.worker_shutdown.disconnect(shutdown)
+
+
+async def test_get_task_logger_records_carry_the_task(
+    worker: Any, app: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    from awa_bridge.celery.utils.log import get_task_logger
+
+    logger = get_task_logger("canvas.logging")
+    assert logger.parent is logging.getLogger("celery.task")
+    logged = Celery("logged", database_url=app.conf.database_url, set_as_current=False)
+
+    @logged.task(name="logged.say")
+    def say() -> None:
+        logger.warning("hello from the task")
+
+    client = Client(app.conf.database_url, **FAST)
+    logged.install(client)
+    await client.start(["default"])
+    try:
+        with caplog.at_level(logging.WARNING, logger="canvas.logging"):
+            result = say.delay()
+            await get(result)
+    finally:
+        await client.shutdown(timeout=2)
+        logged.close()
+    record = next(r for r in caplog.records if r.getMessage() == "hello from the task")
+    assert record.task_name == "logged.say" and record.task_id == result.id  # type: ignore[attr-defined]
+
+
+# -- kombu's JSON -------------------------------------------------------------------------------------------
+
+
+async def test_datetimes_uuids_and_decimals_round_trip_as_through_kombu(worker: Any, app: Celery, ref: Any) -> None:
+    values = (datetime(2026, 1, 2, 3, 4, 5), date(2026, 1, 2), UUID(int=7), Decimal("1.10"))
+    theirs = t(ref, "echo").delay(*values, at=datetime(2026, 1, 2)).get()
+    their_kinds = t(ref, "kinds").delay().get()
+    await worker()
+    ours = await get(t(app, "echo").delay(*values, at=datetime(2026, 1, 2)))
+    assert (
+        ours
+        == theirs
+        == {
+            "args": list(values),
+            "kwargs": {"at": datetime(2026, 1, 2)},
+            "types": ["datetime", "date", "UUID", "Decimal"],
+        }
+    )
+    assert await get(t(app, "kinds").delay()) == their_kinds
+    # Stored the way kombu writes a message body.
+    row = AsyncResult(t(app, "kinds").delay().id, app=app)
+    await get(row)
+    assert row._row is not None and row._row["result"]["price"] == {"__type__": "decimal", "__value__": "19.99"}
+
+
+# -- eager mode is the worker's attempt --------------------------------------------------------------------------
+
+
+def test_eager_mode_maps_every_awa_outcome_as_the_worker_does() -> None:
+    from awa_bridge.worker import Cancel, RetryAfter, Snooze
+
+    eager = Celery("eager_outcomes", set_as_current=False, task_always_eager=True)
+    runs: list[str] = []
+
+    @eager.task(bind=True, max_retries=2)
+    def snoozes(self: Any) -> int:
+        runs.append("snooze")
+        if len(runs) < 3:
+            raise Snooze(60)  # run again later without spending an attempt
+        return self.request.retries
+
+    @eager.task
+    def retries_after() -> str:
+        runs.append("retry_after")
+        if runs.count("retry_after") < 2:
+            raise RetryAfter(60)
+        return "second attempt"
+
+    @eager.task
+    def cancels() -> None:
+        raise Cancel("not wanted")
+
+    result = snoozes.delay()
+    assert result.state == states.SUCCESS and result.get() == 0 and runs.count("snooze") == 3
+    assert retries_after.delay().get() == "second attempt"
+    cancelled = cancels.delay()
+    assert cancelled.state == states.REVOKED
+
+
+# -- retry counting: a lost worker is not a retry -------------------------------------------------------------
+
+
+def test_a_task_killed_with_its_worker_runs_again_without_spending_max_retries(db_url: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from .procs import REPO_ROOT
+
+    canvas.app.conf.database_url = db_url
+    result = t(canvas.app, "once_only").delay()
+    marker = tmp_path / "died"
+    env = {"DATABASE_URL": db_url, "AWA_TEST_MARKER": str(marker), "PYTHONUNBUFFERED": "1"}
+    import os
+
+    command = [sys.executable, "-m", "awa_bridge", "worker", "tests.celery_canvas_app:client", "--queue", "default"]
+    first = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    assert first.wait(60) == 1 and marker.exists()  # died in the middle of the task (max_retries=0)
+    second = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while AsyncResult(result.id, app=canvas.app).state != states.SUCCESS:
+            assert time.monotonic() < deadline, "the task was not run again after its worker died"
+            time.sleep(0.1)
+    finally:
+        second.terminate()
+        second.wait(20)
+        canvas.app.close()
+    again = AsyncResult(result.id, app=canvas.app)
+    assert again.get(timeout=1) == "ran again" and again.retries == 0

@@ -73,6 +73,8 @@ class Context:
     parent_id: str | None = None
     root_id: str | None = None
     timelimit: tuple[Any, Any] = (None, None)
+    # when the run began (time.monotonic()), for task_success's runtime
+    _started: float = 0.0
     # set by retry(throw=False): the retry to schedule when the task returns
     _retry: Retry | None = None
     _retry_args: tuple[Any, Any] | None = None

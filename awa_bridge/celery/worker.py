@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 import traceback as tb
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -112,6 +113,7 @@ def run_job(task: Task, job: Any) -> Any:
         if meta.get("chord_error"):
             _fail(task, job, request, meta, ChordError(meta["chord_error"]))
         _hook(task.before_start, request.id, args, kwargs)
+        request._started = time.monotonic()
         try:
             with task.time_limits(job, meta, eager):
                 value = task.invoke(args, kwargs)
@@ -184,7 +186,7 @@ def _succeed(task: Task, job: Any, request: Context, meta: dict[str, Any], value
         job.set_result(encoded)
     _continue(task, job, request, meta, value, encoded)
     _hook(task.on_success, value, request.id, request.args, request.kwargs)
-    signals.task_success.send(sender=task, result=value)
+    signals.task_success.send(sender=task, result=value, runtime=time.monotonic() - request._started)
     _hook(task.after_return, states.SUCCESS, value, request.id, request.args, request.kwargs, None)
     _postrun(task, request, value, states.SUCCESS)
 
