@@ -459,3 +459,72 @@ def test_a_task_killed_with_its_worker_runs_again_without_spending_max_retries(d
         canvas.app.close()
     again = AsyncResult(result.id, app=canvas.app)
     assert again.get(timeout=1) == "ran again" and again.retries == 0
+
+
+# -- exactly once, whenever a worker dies ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_chord_callbacks_and_chain_steps_are_enqueued_exactly_once_with_workers_killed(db_url: str) -> None:
+    """Worker subprocesses are SIGKILLed at random instants while chords and chains run: every
+    callback and every chain step is enqueued exactly once, with the right values."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .procs import REPO_ROOT, wait_for
+
+    app = canvas.app
+    app.conf.database_url = db_url
+    add_ = t(app, "slow_add")
+    chords = [chord(add_.s(i, k) for i in range(4))(t(app, "tsum").s()) for k in range(30)]
+    chains = [(add_.s(k, 1) | add_.s(1) | add_.s(1)).delay() for k in range(20)]
+    env = {**os.environ, "DATABASE_URL": db_url, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "awa_bridge", "worker", "tests.celery_canvas_app:client", "--queue", "default:4"]
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    procs = [start(), start()]
+    rng = random.Random(13)
+
+    def done() -> bool:
+        return all(r.state == states.SUCCESS for r in [*chords, *chains])
+
+    try:
+        kills = 0
+        while kills < 8 and not done():
+            time.sleep(rng.uniform(0.3, 0.8))
+            victim = procs.pop(rng.randrange(len(procs)))
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            kills += 1
+            procs.append(start())
+        wait_for(done, 90, "every chord callback and chain to succeed")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+    assert kills >= 1
+    assert [r.get(timeout=1) for r in chords] == [sum(i + k for i in range(4)) for k in range(30)]
+    assert [r.get(timeout=1) for r in chains] == [k + 3 for k in range(20)]
+    with app.connection().cursor() as cur:
+        task_ids = [r.id for r in chords] + [r.id for r in chains] + [r.parent.id for r in chains]
+        cur.execute(
+            "SELECT metadata -> 'celery' ->> 'id', count(*) FROM awa.jobs "
+            "WHERE metadata ? 'celery' AND metadata -> 'celery' ->> 'id' = ANY(%s) GROUP BY 1",
+            (task_ids,),
+        )
+        counts = dict(cur.fetchall())
+        cur.execute("SELECT count(*) FROM awa.celery_chords WHERE chord_id = ANY(%s)", ([r.id for r in chords],))
+        (pending,) = cur.fetchone()
+        cur.execute("SELECT count(*) FROM awa.jobs WHERE array_to_string(errors, ' ') LIKE '%%HeartbeatStale%%'")
+        (rescued,) = cur.fetchone()
+    assert rescued > 0, "no kill landed in the middle of an attempt; the test proved nothing"
+    assert counts == dict.fromkeys(task_ids, 1)  # one job per callback and per chain step, never two
+    assert pending == 0
+    app.close()
