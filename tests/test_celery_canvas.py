@@ -528,3 +528,107 @@ def test_chord_callbacks_and_chain_steps_are_enqueued_exactly_once_with_workers_
     assert counts == dict.fromkeys(task_ids, 1)  # one job per callback and per chain step, never two
     assert pending == 0
     app.close()
+
+
+# -- settings: a production Celery config moves as it is ----------------------------------------------------
+
+#: cookiecutter-django's Celery block (config/settings/base.py, local.py, production.py).
+COOKIECUTTER_DJANGO = {
+    "CELERY_TIMEZONE": "UTC",
+    "CELERY_BROKER_URL": "redis://redis:6379/0",
+    "CELERY_RESULT_BACKEND": "redis://redis:6379/0",
+    "CELERY_RESULT_EXTENDED": True,
+    "CELERY_RESULT_BACKEND_ALWAYS_RETRY": True,
+    "CELERY_RESULT_BACKEND_MAX_RETRIES": 10,
+    "CELERY_ACCEPT_CONTENT": ["json"],
+    "CELERY_TASK_SERIALIZER": "json",
+    "CELERY_RESULT_SERIALIZER": "json",
+    "CELERY_TASK_TIME_LIMIT": 5 * 60,
+    "CELERY_TASK_SOFT_TIME_LIMIT": 60,
+    "CELERY_WORKER_SEND_TASK_EVENTS": True,
+    "CELERY_TASK_SEND_SENT_EVENT": True,
+    "CELERY_WORKER_HIJACK_ROOT_LOGGER": False,
+    "CELERY_TASK_EAGER_PROPAGATES": True,
+    "CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP": True,
+    "CELERY_BROKER_USE_SSL": {"ssl_cert_reqs": "required"},
+    "CELERY_REDIS_BACKEND_USE_SSL": {"ssl_cert_reqs": "required"},
+}
+
+#: Celery's "first steps" and "next steps" guides, and the worker settings projects tune.
+CELERY_GUIDES = {
+    "broker_url": "pyamqp://guest@localhost//",
+    "result_backend": "rpc://",
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "accept_content": ["json"],
+    "timezone": "Europe/Oslo",
+    "enable_utc": True,
+    "task_routes": {"canvas.add": "low-priority"},
+    "task_annotations": {"canvas.add": {"rate_limit": "10/m"}},
+    "result_expires": 3600,
+    "include": ["tests.celery_canvas_app"],
+    "worker_concurrency": 8,
+    "worker_prefetch_multiplier": 1,
+    "worker_max_tasks_per_child": 100,
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    "task_queues": ("default", "low-priority"),
+    "task_default_rate_limit": "100/s",
+}
+
+
+def test_a_production_celery_config_is_accepted_and_honoured() -> None:
+    # Real Celery takes both blocks as they are; so does awa (only the settings whose meaning
+    # cannot be kept are refused, see the next test).
+    celery.Celery("ref", set_as_current=False).config_from_object(COOKIECUTTER_DJANGO, namespace="CELERY")
+    ours = Celery("prod", set_as_current=False, database_url="postgresql://db/app")
+    ours.config_from_object(COOKIECUTTER_DJANGO, namespace="CELERY")
+    ours.conf.update(CELERY_GUIDES)
+    assert ours.conf.task_time_limit == 300 and ours.conf.task_soft_time_limit == 60
+    add_task = ours.task(name="canvas.add")(add)
+    assert ours.tasks["canvas.add"].rate_limit == "10/m"  # task_annotations
+    assert ours.route("canvas.add") == {"queue": "low-priority"}
+    configs = {c.name: c for c in ours.queue_configs()}
+    assert configs["low-priority"].max_workers == 8  # worker_concurrency
+    assert configs["low-priority"].deadline >= 300  # the queue deadline is the hard limit's backstop
+    assert add_task.max_attempts > add_task.max_retries + 1
+
+
+def test_settings_whose_meaning_cannot_be_kept_are_refused_together_and_none_is_set() -> None:
+    ours = Celery("prod", set_as_current=False)
+    bad = {
+        **COOKIECUTTER_DJANGO,
+        "CELERY_BEAT_SCHEDULER": "django_celery_beat.schedulers:DatabaseScheduler",
+        "CELERY_TASK_ACKS_LATE": False,
+        "CELERY_TASK_SERIALIZER": "pickle",
+        "CELERY_TASK_ALWAYS_EAGRE": True,
+    }
+    with pytest.raises(UnsupportedOption) as caught:
+        ours.config_from_object(bad, namespace="CELERY")
+    message = str(caught.value)
+    assert "4 settings are refused" in message
+    for key in ("beat_scheduler", "task_acks_late", "task_serializer", "task_always_eagre"):
+        assert key in caught.value.field and f"{key}:" in message
+    assert ours.conf.task_time_limit is None and ours.conf.timezone is None  # nothing was set
+
+
+# -- app.Task, app.control.inspect() ------------------------------------------------------------------------
+
+
+async def test_inspect_answers_from_the_database(worker: Any, app: Celery) -> None:
+    assert issubclass(app.Task, canvas.app.task_cls)
+    canvas.progress_gate.clear()
+    later = t(app, "add").apply_async((1, 2), countdown=600)
+    running = t(app, "progress").delay(1)
+    inspect = app.control.inspect()
+    ((node, registered),) = inspect.registered().items()
+    assert "canvas.add" in registered and node.startswith("awa@")
+    assert [r["id"] for r in next(iter(inspect.reserved().values()))] == [running.id]
+    await worker()
+    await wait_until(lambda: AsyncResult(running.id, app=app).state == "PROGRESS")
+    active = next(iter(inspect.active().values()))
+    assert [(r["id"], r["name"], r["args"]) for r in active] == [(running.id, "canvas.progress", [1])]
+    scheduled = next(iter(inspect.scheduled().values()))
+    assert [s["request"]["id"] for s in scheduled] == [later.id] and scheduled[0]["eta"]
+    canvas.progress_gate.set()
+    assert await get(running) == "done"
