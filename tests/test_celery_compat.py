@@ -37,7 +37,7 @@ from awa_bridge.celery.task import exponential_backoff
 from awa_bridge.celery.worker import RESCUE_ATTEMPTS
 from awa_bridge.worker import Client
 from awa_bridge.worker.maintenance.cron import fire_due_schedules
-from examples.celery_migration import celery_app, services, tasks
+from examples.celery_migration import celery_app, monitoring, services, tasks
 
 from .conftest import count_rows
 from .waiting import FAST, job_row, job_state, wait_until
@@ -54,6 +54,8 @@ def shop(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
     services.gateway.__init__()
     services.rates_api.__init__()
     services.outbox.clear()
+    monitoring.outcomes.clear()
+    monitoring.failures.clear()
     yield app
     app.close()
     app.conf.database_url = None
@@ -358,6 +360,26 @@ async def test_bound_request_and_retry_options(worker, shop: Celery, db_url: str
         await get(exhausted)
     assert job_row(db_url, int(exhausted.id))["attempt"] == 3
     app.close()
+
+
+async def test_the_examples_checkout_chain_and_chord_run_with_its_signal_receivers(
+    worker, shop: Celery, db_url: str
+) -> None:
+    lines = [("mug", 2), ("tea", 1), ("spoon", 4)]
+    await worker()
+    shipped = tasks.checkout(7, 1999, lines)
+    assert await get(shipped) == "order 7 shipped (3 lines)"
+    assert ("order-7@example.com", "Shipped: 2 x mug, 1 x tea, 4 x spoon") in services.outbox
+    fulfilled = tasks.fulfil_order(8, [("mug", 1)])
+    assert await get(fulfilled) == "order 8 shipped (1 lines)"
+    assert tasks.reserve_stock.soft_time_limit == 5 and shop.conf.task_time_limit == 300
+    declined = tasks.checkout(9, 0, lines)  # the charge fails: nothing is reserved or shipped
+    with pytest.raises(services.CardDeclined):
+        await get(declined)
+    await wait_until(lambda: monitoring.failures)
+    assert monitoring.failures[0][0] == tasks.charge_order.name and "card declined" in monitoring.failures[0][2]
+    assert monitoring.outcomes[(tasks.ship_order.name, "success")] == 2
+    assert monitoring.outcomes[(tasks.reserve_stock.name, "success")] == 4
 
 
 # -- the runtime piece: job.set_result is written by the completing statement ----------------------------
