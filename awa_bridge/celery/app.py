@@ -26,12 +26,15 @@ import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from .errors import ImproperlyConfigured, NotRegistered, UnsupportedOption
 from .options import SETTINGS, awa_priority, check_setting
 from .task import SHARED_TASKS, Task, build_task
+
+if TYPE_CHECKING:
+    from .result import AsyncResult
 
 TaskBase = Task  # inside Awa, ``Task`` is the app.Task property
 
@@ -315,7 +318,7 @@ class Awa:
 
     def route(self, name: str) -> dict[str, Any]:
         """The ``task_routes`` entry for a task name (exact name first, then globs in order)."""
-        routes = self.conf.task_routes or {}
+        routes: dict[str, dict[str, Any]] = self.conf.task_routes or {}
         if name in routes:
             return routes[name]
         for pattern, route in routes.items():
@@ -331,7 +334,7 @@ class Awa:
 
     # -- results -----------------------------------------------------------------------
 
-    def AsyncResult(self, task_id: str | int, task_name: str | None = None) -> Any:
+    def AsyncResult(self, task_id: str | int, task_name: str | None = None) -> AsyncResult:
         from .result import AsyncResult
 
         return AsyncResult(task_id, app=self, task_name=task_name)

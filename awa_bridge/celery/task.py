@@ -90,7 +90,7 @@ def exponential_backoff(factor: int, retries: int, maximum: int, full_jitter: bo
     countdown = min(maximum, factor * (2**retries))
     if full_jitter:
         countdown = random.randrange(countdown + 1)
-    return max(0, countdown)
+    return max(0, int(countdown))
 
 
 class Task:
@@ -314,11 +314,11 @@ class Task:
 
     # -- calling --------------------------------------------------------------------------
 
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
         """``apply_async(args, kwargs)``."""
         return self.apply_async(args, kwargs)
 
-    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult:
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult | EagerResult:
         """Enqueue a job for this call and return its ``AsyncResult``.
 
         Options: ``countdown`` / ``eta`` (when to run), ``expires`` (seconds or
@@ -359,10 +359,10 @@ class Task:
             job = insert_job_sync(conn, prepared)
         return app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
-    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
         return await self.aapply_async(args, kwargs)
 
-    async def aapply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult:
+    async def aapply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult | EagerResult:
         """``apply_async`` for async code: ``connection=`` may be asyncpg, psycopg's
         ``AsyncConnection`` or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession``."""
         import asyncio
@@ -568,7 +568,7 @@ def build_task(fun: Callable[..., Any], app: Awa | None, options: dict[str, Any]
     for key, value in options.items():
         attrs[key] = _task_option(key, value, f"{where}: {key}")
     cls = type(fun.__name__, (base,), attrs)
-    task = cls()
+    task: Task = cls()
     task._app = app
     # The enqueue-time checks (queue name, priority range) run now, not at the first delay().
     if task.queue is not None:
