@@ -99,9 +99,16 @@ def once_only() -> str:
     return "ran again"
 
 
+def dies() -> None:
+    """In a worker subprocess started with AWA_TEST_DIE=1, the worker dies in the middle of it."""
+    if os.environ.get("AWA_TEST_DIE") == "1":
+        os._exit(1)
+    time.sleep(60)
+
+
 ERRBACKS: list[tuple[str, str, str]] = []
 
-PLAIN = (add, mul, tsum, fail, slow_add, echo, kinds, on_error, hard_limited)
+PLAIN = (add, mul, tsum, fail, slow_add, echo, kinds, on_error, hard_limited, dies)
 BOUND = (progress, soft_limited)
 
 for fun in PLAIN:

@@ -645,3 +645,28 @@ async def test_inspect_answers_from_the_database(worker: Any, app: Celery) -> No
     assert [s["request"]["id"] for s in scheduled] == [later.id] and scheduled[0]["eta"]
     canvas.progress_gate.set()
     assert await get(running) == "done"
+
+
+async def test_a_chord_member_lost_on_its_last_attempt_fails_the_chord(worker: Any, app: Celery, db_url: str) -> None:
+    """No code of the task runs when the leader fails its last attempt (its worker died): the
+    rescue tells the chord, so the callback fails with ChordError instead of never running."""
+    import os
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from .procs import REPO_ROOT
+
+    result = chord([t(app, "add").s(1, 1), t(app, "dies").s()], t(app, "tsum").s()).delay()
+    member = result.parent.results[1]
+    with psycopg.connect(db_url, autocommit=True) as conn:  # fault injection: the last attempt is the first
+        conn.execute("UPDATE awa.jobs SET max_attempts = 1 WHERE id = %s", (member.job_id,))
+    command = [sys.executable, "-m", "awa_bridge", "worker", "tests.celery_canvas_app:client", "--queue", "default"]
+    env = {**os.environ, "DATABASE_URL": db_url, "AWA_TEST_DIE": "1"}
+    doomed = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert await asyncio.to_thread(doomed.wait, 60) == 1  # it died in the middle of the member
+    await worker()  # its leader rescues the member: failed, no attempt left
+    with pytest.raises(ChordError, match=r"raised WorkerLostError\('heartbeat stale"):
+        await get(result)
+    assert member.state == states.FAILURE

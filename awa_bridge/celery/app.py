@@ -348,7 +348,7 @@ class Awa:
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
         from . import signals
-        from .worker import make_handler, needs_transaction
+        from .worker import make_handler, needs_transaction, rescued_hook
 
         for task in self.tasks.values():
             handler = make_handler(task)
@@ -359,6 +359,7 @@ class Awa:
             )
         client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
+        client.hooks.add("rescued", rescued_hook(self))
         for job in self.periodic_jobs():
             if job.name in client.schedules:
                 raise ValidationError("beat_schedule", f"schedule {job.name!r} is already declared on this client")

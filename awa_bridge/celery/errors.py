@@ -112,6 +112,10 @@ class TimeLimitExceeded(CeleryError):
     """The task ran past its hard ``time_limit``: the attempt is stopped and the task fails."""
 
 
+class WorkerLostError(CeleryError):
+    """The task's last attempt ended with its worker: it died, or the attempt ran past its deadline."""
+
+
 class ChordError(CeleryError):
     """A chord's callback did not run because a member of its header failed."""
 

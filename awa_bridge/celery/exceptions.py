@@ -12,6 +12,7 @@ from .errors import (
     TaskRevokedError,
     TimeLimitExceeded,
     TimeoutError,
+    WorkerLostError,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "TaskRevokedError",
     "TimeLimitExceeded",
     "TimeoutError",
+    "WorkerLostError",
 ]

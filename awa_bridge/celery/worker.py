@@ -49,7 +49,7 @@ from ..args import canonical_json
 from ..errors import ValidationError
 from ..worker.outcomes import Cancel, RetryAfter, Snooze, TerminalError
 from . import signals, states
-from .errors import ChordError, ExceptionInfo, Retry, TaskRevokedError
+from .errors import ChordError, ExceptionInfo, Retry, TaskRevokedError, WorkerLostError
 from .result import EagerResult, exception_info, in_task
 from .serialization import decode, encode
 from .task import MAX_ATTEMPTS, Context, Task
@@ -283,6 +283,46 @@ def _tell_canvas(task: Task, request: Context, meta: dict[str, Any], exc: BaseEx
     slots += [step["options"]["chord"] for step in meta.get("chain") or () if (step.get("options") or {}).get("chord")]
     for slot in slots:
         _chord_member_failed(app, slot, f"Dependency {request.id} raised {exc!r}")
+
+
+def rescued_hook(app: Any) -> Callable[[dict[str, Any]], None]:
+    """The worker's ``rescued`` hook: a task whose last attempt the leader ended (its worker died,
+    or it ran past its deadline) failed without running its failure code; tell its errbacks and
+    its chord here (in a thread: the hook runs on the worker's event loop)."""
+    import threading
+
+    def on_rescued(row: dict[str, Any]) -> None:
+        if row.get("state") == "failed" and row.get("kind") in app.tasks:
+            thread = threading.Thread(target=_guarded, args=(_lost, app, int(row["id"])), daemon=True)
+            thread.start()
+
+    return on_rescued
+
+
+def _lost(app: Any, job_id: int) -> None:
+    from ..drivers.psycopg import PsycopgSync
+    from ..sql import QUERIES
+
+    rows = PsycopgSync(app.connection()).fetch_all(QUERIES["get_job_result"], {"id": job_id})
+    if not rows:
+        return
+    row = rows[0]
+    meta = (row["metadata"] or {}).get("celery") or {}
+    if not any(meta.get(key) for key in ("chord", "chain", "link_error")):
+        return
+    errors = row["errors"] or []
+    exc = WorkerLostError((errors[-1].get("error") if errors else None) or "worker lost")
+    task = app.tasks[row["kind"]]
+    payload = row["args"] or {}
+    request = Context(
+        id=str(meta.get("id") or job_id),
+        retries=int(meta.get("retries", 0)),
+        args=decode(payload.get("args", [])),
+        kwargs=decode(payload.get("kwargs", {})),
+        called_directly=False,
+        task=task.name,
+    )
+    _tell_canvas(task, request, meta, exc, ExceptionInfo(exc))
 
 
 def _chord_member_failed(app: Any, slot: dict[str, Any], message: str) -> None:
