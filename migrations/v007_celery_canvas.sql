@@ -15,15 +15,15 @@ CREATE INDEX jobs_celery_task_id_idx ON awa.jobs ((metadata -> 'celery' ->> 'id'
 -- transaction that marks the member completed (fenced by its run_lease), and
 -- the member that brings it to zero enqueues the callback in that transaction
 -- too and deletes the row: the callback is enqueued exactly once, whatever
--- worker dies when. A member that fails for good sets failed (once), and the
--- callback is enqueued to fail with ChordError instead of running.
+-- worker dies when. The first member that fails for good deletes the row and
+-- enqueues the callback to fail with ChordError instead of running; the
+-- members after it find no row.
 CREATE TABLE awa.celery_chords (
     chord_id   text        PRIMARY KEY,
     size       integer     NOT NULL CHECK (size > 0),
     remaining  integer     NOT NULL CHECK (remaining >= 0),
     results    jsonb       NOT NULL,
     callback   jsonb       NOT NULL,
-    failed     boolean     NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now()
 );
 

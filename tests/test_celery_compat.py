@@ -593,6 +593,24 @@ def test_django_atomic_block_is_the_transaction(shop: Celery, db_url: str, djang
     assert count_rows(db_url) == 3
 
 
+def test_a_chord_in_a_django_atomic_block_commits_or_rolls_back_whole(
+    shop: Celery, db_url: str, django_setup: None
+) -> None:
+    from django.db import transaction
+
+    import awa_django.celery  # noqa: F401
+
+    chords = "SELECT count(*) FROM awa.celery_chords WHERE chord_id = %s"
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dropped = tasks.fulfil_order(1, [("mug", 1), ("tea", 2)])
+        raise RuntimeError("roll back")
+    assert count_rows(db_url) == 0 and count_rows(db_url, chords, (dropped.id,)) == 0  # members and counter
+    with transaction.atomic():
+        shipped = tasks.fulfil_order(2, [("mug", 1), ("tea", 2)])
+    assert count_rows(db_url) == 2 and count_rows(db_url, chords, (shipped.id,)) == 1
+    assert shipped.state == states.PENDING  # the callback's job is written when the last member completes
+
+
 def test_django_glue_reads_the_beat_setting_and_registers_tasks(
     db_url: str, django_setup: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

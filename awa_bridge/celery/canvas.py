@@ -20,8 +20,8 @@ as Celery's is, and is stored that way in the metadata of the job it follows:
   are written in one transaction; the member whose completion brings the
   counter to zero enqueues the callback with the header's results in group
   order, in its completion transaction. So the callback is enqueued exactly
-  once, whenever a worker dies. A member failing for good fails the callback
-  with ``ChordError``.
+  once, whenever a worker dies. The first member failing for good fails the
+  callback with ``ChordError`` (and removes the counter).
 * ``link`` / ``link_error``: callbacks applied on success (with the value)
   and on failure (errbacks taking ``(request, exc, traceback)`` are called
   inline, others are enqueued with the task id), as Celery's.

@@ -925,14 +925,13 @@ RETURNING chord_id
 UPDATE awa.celery_chords
 SET remaining = remaining - 1,
     results = jsonb_set(results, ARRAY[CAST(%(index)s AS text)], CAST(%(result)s AS jsonb))
-WHERE chord_id = %(chord_id)s AND NOT failed AND remaining > 0
+WHERE chord_id = %(chord_id)s AND remaining > 0
 RETURNING remaining, results, callback
 
 -- name: chord_member_failed
--- Only the first failing member gets the callback back (to enqueue as failed).
-UPDATE awa.celery_chords
-SET failed = true
-WHERE chord_id = %(chord_id)s AND NOT failed
+-- Only the first failing member gets the callback back (to enqueue as failed):
+-- the row is gone for the members after it, failing or completing.
+DELETE FROM awa.celery_chords WHERE chord_id = %(chord_id)s
 RETURNING callback
 
 -- name: delete_chord
