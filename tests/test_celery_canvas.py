@@ -232,7 +232,12 @@ def _chord(side: Any) -> Any:
 def test_nesting_awa_cannot_do_is_refused_clearly(app: Celery) -> None:
     inner = group(t(app, "add").s(1, 1), t(app, "add").s(2, 2))
     with pytest.raises(UnsupportedOption, match="a group inside a chord is not supported"):
-        chord([inner, t(app, "add").s(3, 3)], t(app, "tsum").s()).delay()
+        chord([t(app, "add").s(3, 3), inner], t(app, "tsum").s()).delay()
+    with pytest.raises(UnsupportedOption, match="a chord inside a group is not supported"):
+        group(t(app, "add").s(3, 3), chord([t(app, "add").s(1, 1)], t(app, "tsum").s())).delay()
+    with app.connection().cursor() as cur:  # refused before anything was written
+        cur.execute("SELECT count(*) FROM awa.jobs")
+        assert cur.fetchone() == (0,)
 
 
 # -- update_state, time limits, rate limits ----------------------------------------------------------------
@@ -390,7 +395,9 @@ async def test_datetimes_uuids_and_decimals_round_trip_as_through_kombu(worker: 
     theirs = t(ref, "echo").delay(*values, at=datetime(2026, 1, 2)).get()
     their_kinds = t(ref, "kinds").delay().get()
     await worker()
-    ours = await get(t(app, "echo").delay(*values, at=datetime(2026, 1, 2)))
+    echoed = t(app, "echo").delay(*values, at=datetime(2026, 1, 2))
+    ours = await get(echoed)
+    assert AsyncResult(echoed.id, app=app).args == list(values)  # as stored, read back
     assert (
         ours
         == theirs

@@ -486,9 +486,10 @@ class group(Signature):
         options.pop("chain", None)  # a group is never followed in a chain: it became a chord
         group_id = options.pop("task_id", None) or str(uuid.uuid4())
         results = []
+        for member in self.tasks:
+            _refuse_nesting(member, "group")  # before anything is written
         with _one_transaction(app, options):
             for index, member in enumerate(self.tasks):
-                _refuse_nesting(member, "group")
                 results.append(member.apply_async(args, kwargs, group_id=group_id, group_index=index, **options))
         return GroupResult(group_id, results)
 
@@ -590,10 +591,11 @@ class chord(Signature):
         if not members:
             return _attach_parent(callback.apply_async(([],), **options), GroupResult(group_id, []))
         member_results = []
+        for member in members:
+            _refuse_nesting(member, "chord")  # before anything is written
         with _one_transaction(app, options):
             _create_chord(options["connection"], result.id, callback, len(members))
             for index, member in enumerate(members):
-                _refuse_nesting(member, "chord")
                 slot = {"id": result.id, "index": index}
                 member_results.append(
                     member.apply_async(args, kwargs, chord=slot, group_id=group_id, group_index=index, **options)

@@ -205,12 +205,12 @@ class AsyncResult:
     @property
     def args(self) -> list[Any] | None:
         row = self._fetch()
-        return (row["args"] or {}).get("args") if row else None
+        return decode((row["args"] or {}).get("args")) if row else None
 
     @property
     def kwargs(self) -> dict[str, Any] | None:
         row = self._fetch()
-        return (row["args"] or {}).get("kwargs") if row else None
+        return decode((row["args"] or {}).get("kwargs")) if row else None
 
     @property
     def queue(self) -> str | None:
