@@ -677,3 +677,36 @@ async def test_a_chord_member_lost_on_its_last_attempt_fails_the_chord(worker: A
     with pytest.raises(ChordError, match=r"raised WorkerLostError\('heartbeat stale"):
         await get(result)
     assert member.state == states.FAILURE
+
+
+def route_by_size(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
+    """A Celery router function: big additions go to their own queue."""
+    if name == "canvas.add" and args and args[0] > 100:
+        return {"queue": "big", "exchange": "big", "routing_key": "big"}
+    return None
+
+
+def test_router_functions_globs_and_regexes_route_as_celerys(app: Celery, ref: Any) -> None:
+    import re
+
+    routes = [route_by_size, {re.compile(r"canvas\.m.*"): {"queue": "m"}}, {"canvas.*": "rest"}]
+    ref.conf.task_routes = routes
+    theirs = [
+        ref.amqp.router.route({}, name, args)["queue"].name
+        for name, args in (("canvas.add", (1000, 1)), ("canvas.add", (1, 1)), ("canvas.mul", (1, 1)))
+    ]
+    ours = Celery("routed", set_as_current=False, database_url=app.conf.database_url)
+    ours.conf.task_routes = routes
+    for fun in (add, mul):
+        ours.task(name=f"canvas.{fun.__name__}")(fun)
+    calls = [(add, (1000, 1)), (add, (1, 1)), (mul, (1, 1))]
+    queues = [ours.route(f"canvas.{fun.__name__}", args)["queue"] for fun, args in calls]
+    assert queues == theirs == ["big", "rest", "m"]
+    job = ours.tasks["canvas.add"].delay(1000, 1)
+    with ours.connection().cursor() as cur:
+        cur.execute("SELECT queue FROM awa.jobs WHERE id = %s", (job.job_id,))
+        assert cur.fetchone() == ("big",)
+    ours.conf.task_routes = [lambda name, *a, **k: {"exchange": "video", "routing_key": "video.compress"}]
+    with pytest.raises(UnsupportedOption, match="awa routes by queue only"):
+        ours.tasks["canvas.add"].delay(1, 1)
+    ours.close()

@@ -316,14 +316,31 @@ class Awa:
             found[key] = value
         self.conf.update(found)
 
-    def route(self, name: str) -> dict[str, Any]:
-        """The ``task_routes`` entry for a task name (exact name first, then globs in order)."""
-        routes: dict[str, dict[str, Any]] = self.conf.task_routes or {}
-        if name in routes:
-            return routes[name]
-        for pattern, route in routes.items():
-            if fnmatch.fnmatchcase(name, pattern):
+    def route(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Any = None,
+        options: Mapping[str, Any] | None = None,
+        task: Any = None,
+    ) -> dict[str, Any]:
+        """The ``task_routes`` route of a call: the first router that answers (dicts: the exact
+        name, then globs and regexes in order; router functions with Celery's arguments)."""
+        from .options import check_route
+
+        for router in self.conf.task_routes or ():
+            if callable(router):
+                found = router(name, args or (), kwargs or {}, dict(options or {}), task=task)
+                if found:
+                    return check_route(found, f"task_routes: {getattr(router, '__name__', router)!r}({name!r})")
+                continue
+            if name in router:
+                route: dict[str, Any] = router[name]
                 return route
+            for pattern, route in router.items():
+                matches = pattern.match(name) if hasattr(pattern, "match") else fnmatch.fnmatchcase(name, pattern)
+                if matches:
+                    return route
         return {}
 
     def awa_priority(self, celery_priority: int | None) -> int:

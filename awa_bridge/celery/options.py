@@ -358,30 +358,55 @@ def annotate(task: Any, annotations: Any) -> None:
                 setattr(task, attr, _task_option(attr, value, f"task_annotations[{name!r}]"))
 
 
-def check_routes(routes: Any) -> dict[str, dict[str, Any]]:
-    """``task_routes`` as a dict of task name (or glob) to ``{"queue": ...}``."""
-    if not isinstance(routes, Mapping):
-        raise UnsupportedOption(
-            "task_routes",
-            "only the dict form is supported ({'name or glob': {'queue': 'q'}}); router functions are not",
-        )
-    result: dict[str, dict[str, Any]] = {}
-    for pattern, route in routes.items():
-        if isinstance(route, str):
-            route = {"queue": route}
-        if not isinstance(route, Mapping):
+def check_routes(routes: Any) -> tuple[Any, ...]:
+    """``task_routes`` as Celery takes it: a dict of task name (glob or compiled regex) to a route,
+    a router function ``(name, args, kwargs, options, task=None, **kw) -> route or None``, a
+    dotted path to one, or a list of these, tried in order."""
+    items = list(routes) if isinstance(routes, (list, tuple)) else [routes]
+    result: list[Any] = []
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            item = _import_router(item, f"task_routes[{index}]")
+        if callable(item):
+            result.append(item)
+        elif isinstance(item, Mapping):
+            result.append({pattern: check_route(route, f"task_routes[{pattern!r}]") for pattern, route in item.items()})
+        else:
             raise ValidationError(
-                f"task_routes[{pattern!r}]", f"must be a dict such as {{'queue': 'q'}}, got {route!r}"
+                f"task_routes[{index}]", f"must be a dict, a router function or its dotted path, got {item!r}"
             )
-        for key in route:
-            if key not in ("queue", "priority"):
-                raise UnsupportedOption(f"task_routes[{pattern!r}].{key}", "awa routes by queue (and priority) only")
-        if "queue" in route:
-            _check_queue(route["queue"], f"task_routes[{pattern!r}].queue")
-        if route.get("priority") is not None:
-            check_celery_priority(route["priority"], f"task_routes[{pattern!r}].priority")
-        result[str(pattern)] = dict(route)
-    return result
+    return tuple(result)
+
+
+def _import_router(path: str, field: str) -> Any:
+    import importlib
+
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise ValidationError(field, f"{path!r} is not an importable router function") from None
+
+
+def check_route(route: Any, field: str) -> dict[str, Any]:
+    """One route: a queue name, or a dict with ``queue`` (and ``priority``). Exchange-only routes
+    (``exchange`` / ``routing_key`` and no queue) are refused: awa routes by queue."""
+    if isinstance(route, str):
+        route = {"queue": route}
+    if not isinstance(route, Mapping):
+        raise ValidationError(field, f"must be a queue name or a dict such as {{'queue': 'q'}}, got {route!r}")
+    for key in route:
+        if key not in ("queue", "priority", "exchange", "exchange_type", "routing_key"):
+            raise UnsupportedOption(f"{field}.{key}", "awa routes by queue (and priority) only")
+    if "queue" not in route and ("exchange" in route or "routing_key" in route):
+        raise UnsupportedOption(
+            field, "awa routes by queue only: a route with an exchange or routing_key needs a queue"
+        )
+    if "queue" in route:
+        _check_queue(route["queue"], f"{field}.queue")
+    if route.get("priority") is not None:
+        check_celery_priority(route["priority"], f"{field}.priority")
+    return {k: v for k, v in route.items() if k in ("queue", "priority")}
 
 
 def _check_queue(value: Any, field: str) -> None:

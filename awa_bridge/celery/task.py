@@ -397,7 +397,7 @@ class Task:
         elif eta is not None:
             run_at = moment(eta, "eta", now)
         celery_meta = call_meta(options, now, self.expires)
-        route = app.route(self.name)
+        route = app.route(self.name, args, kwargs, options, task=self)
         queue = options.get("queue") or route.get("queue") or self.queue or app.conf.task_default_queue
         priority = options.get("priority")
         if priority is None:
