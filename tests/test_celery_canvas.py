@@ -710,3 +710,39 @@ def test_router_functions_globs_and_regexes_route_as_celerys(app: Celery, ref: A
     with pytest.raises(UnsupportedOption, match="awa routes by queue only"):
         ours.tasks["canvas.add"].delay(1, 1)
     ours.close()
+
+
+def test_time_limits_land_inside_the_task_never_after_it() -> None:
+    """Limits due just as tasks end, in four threads at once: each lands inside its task's block
+    (or not at all), never in the code that runs after it (the worker's own)."""
+    import threading
+    import time
+
+    from awa_bridge.celery import SoftTimeLimitExceeded, TimeLimitExceeded
+    from awa_bridge.celery.limits import TimeLimits
+
+    hits, escaped = [], []
+
+    def run() -> None:
+        for i in range(150):
+            try:
+                try:
+                    with TimeLimits(0.002 + (i % 5) * 0.001, 0.004):
+                        end = time.monotonic() + 0.001 * (i % 7)
+                        while time.monotonic() < end:
+                            pass
+                except (SoftTimeLimitExceeded, TimeLimitExceeded):
+                    hits.append(i)
+                total = 0
+                for step in range(5000):  # after the task: no limit may arrive here
+                    total += step
+            except (SoftTimeLimitExceeded, TimeLimitExceeded) as exc:
+                escaped.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert hits, "no limit fired: the test proved nothing"
+    assert escaped == []

@@ -1,6 +1,7 @@
 """Per-task time limits and rate limits, enforced in the worker process.
 
-Time limits. A task runs in one of the worker's threads. At ``soft_time_limit``
+Time limits. A task runs in one of the worker's threads; one watchdog thread
+serves every running task's limits. At ``soft_time_limit``
 ``SoftTimeLimitExceeded`` is raised inside it (the task may catch it and clean
 up, as in Celery); at ``time_limit`` ``TimeLimitExceeded`` is raised there and
 ``job.cancelled`` is set, and the task fails with it, as Celery's hard limit
@@ -35,7 +36,7 @@ def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
 class TimeLimits:
     """``with TimeLimits(soft, hard, job):`` around one run of a task in the current thread.
 
-    An exception is only ever injected while the block runs: the timers check
+    An exception is only ever injected while the block runs: the watchdog checks
     ``armed`` under a lock that ``__exit__`` takes before disarming, so one
     injected just as the task returned surfaces inside ``__exit__`` (the limit
     did pass) and never later in the worker's own code.
@@ -45,20 +46,33 @@ class TimeLimits:
         self.soft, self.hard, self.job = soft, hard, job
         self.lock = threading.Lock()
         self.armed = False
-        self.timers: list[threading.Timer] = []
+        self.thread_id = 0
+        self.pending: list[tuple[float, type[BaseException]]] = []
 
     def __enter__(self) -> TimeLimits:
-        thread_id = threading.get_ident()
+        self.thread_id = threading.get_ident()
+        now = time.monotonic()
+        self.pending = sorted(
+            (
+                (now + seconds, exc_type)
+                for seconds, exc_type in ((self.soft, SoftTimeLimitExceeded), (self.hard, TimeLimitExceeded))
+                if seconds is not None
+            ),
+            key=lambda limit: limit[0],  # stable: the soft limit first when both are due together
+        )
         self.armed = True
-        for seconds, exc_type in ((self.soft, SoftTimeLimitExceeded), (self.hard, TimeLimitExceeded)):
-            if seconds is not None:
-                timer = threading.Timer(seconds, self._fire, (thread_id, exc_type))
-                timer.daemon = True
-                timer.start()
-                self.timers.append(timer)
+        if self.pending:
+            WATCHDOG.watch(self)
         return self
 
-    def _fire(self, thread_id: int, exc_type: type[BaseException]) -> None:
+    def due(self, now: float) -> float | None:
+        """Fire what is due; return when the next limit is due (None: nothing left)."""
+        while self.pending and self.pending[0][0] <= now:
+            _, exc_type = self.pending.pop(0)
+            self._fire(exc_type)
+        return self.pending[0][0] if self.pending and self.armed else None
+
+    def _fire(self, exc_type: type[BaseException]) -> None:
         with self.lock:
             if not self.armed:
                 return
@@ -67,15 +81,69 @@ class TimeLimits:
                 flag = getattr(self.job, "_cancelled", None)
                 if flag is not None:
                     flag.set()
-            _raise_in(thread_id, exc_type)
+            _raise_in(self.thread_id, exc_type)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        with self.lock:
-            self.armed = False
-        for timer in self.timers:
-            timer.cancel()
+        # A limit injected while this thread waited for the lock arrives in here: keep it, disarm
+        # anyway (so nothing is ever injected into the worker's own code later), then raise it.
+        late: BaseException | None = None
+        for _ in range(3):
+            try:
+                with self.lock:
+                    self.armed = False
+                break
+            except (SoftTimeLimitExceeded, TimeLimitExceeded) as arrived:
+                late = arrived
+        WATCHDOG.forget(self)
+        if late is not None:
+            raise late
+
+
+class Watchdog:
+    """One daemon thread for every running task's time limits (not a timer thread per task).
+
+    Running tasks are few (at most the worker's slots), so each wake-up looks
+    at all of them; a task starting only wakes the thread when its limit is
+    due before the thread's next wake-up (with one limit for every task, never).
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.watched: set[TimeLimits] = set()
+        self.wake_at = float("inf")
+        self.thread: threading.Thread | None = None
+
+    def watch(self, limits: TimeLimits) -> None:
+        with self.cond:
+            self.watched.add(limits)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="awa-celery-time-limits", daemon=True)
+                self.thread.start()
+            if limits.pending[0][0] < self.wake_at:
+                self.cond.notify()
+
+    def forget(self, limits: TimeLimits) -> None:
+        with self.cond:
+            self.watched.discard(limits)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                upcoming = []
+                for limits in list(self.watched):
+                    next_due = limits.due(now)
+                    if next_due is None:
+                        self.watched.discard(limits)
+                    else:
+                        upcoming.append(next_due)
+                self.wake_at = min(upcoming, default=float("inf"))
+                self.cond.wait(None if not upcoming else max(self.wake_at - now, 0.0))
+
+
+WATCHDOG = Watchdog()
 
 
 def parse_rate(value: Any, field: str = "rate_limit") -> float | None:
