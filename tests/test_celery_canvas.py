@@ -746,3 +746,56 @@ def test_time_limits_land_inside_the_task_never_after_it() -> None:
         thread.join()
     assert hits, "no limit fired: the test proved nothing"
     assert escaped == []
+
+
+# -- the worker piece canvas stands on: job.on_complete ------------------------------------------------------
+
+
+async def test_on_complete_effects_commit_exactly_with_the_completion(db_url: str) -> None:
+    """What canvas uses: an effect registered by a plain (not transactional) handler runs in the
+    short transaction that completes the job; an attempt ending otherwise never runs it, and an
+    effect that fails rolls the completion back (the job is retried)."""
+    import psycopg
+
+    from awa_bridge import insert_job_sync
+    from awa_bridge.worker import Client
+
+    from .conftest import count_rows
+    from .waiting import job_state
+
+    def note(text: str) -> Any:
+        return lambda conn: conn.execute("INSERT INTO app_orders (note) VALUES (%s)", (text,))
+
+    client = Client(db_url, **FAST)
+
+    @client.task("effects.ok")
+    def ok(job: Any) -> None:
+        job.on_complete(note("ok"))
+
+    @client.task("effects.raises")
+    def raises(job: Any) -> None:
+        job.on_complete(note("never"))
+        raise ValueError("the handler failed")
+
+    @client.task("effects.bad_effect")
+    def bad_effect(job: Any) -> None:
+        def effect(conn: Any) -> None:
+            conn.execute("INSERT INTO app_orders (note) VALUES ('half')")
+            raise RuntimeError("the effect failed")
+
+        job.on_complete(effect)
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        jobs = [insert_job_sync(conn, {}, kind=kind, max_attempts=1) for kind in ("effects.ok", "effects.raises")]
+        jobs.append(insert_job_sync(conn, {}, kind="effects.bad_effect", max_attempts=2))
+    await client.start(["default"])
+    try:
+        await wait_until(lambda: job_state(db_url, jobs[0].id) == "completed")
+        await wait_until(lambda: job_state(db_url, jobs[1].id) == "failed")
+        await wait_until(lambda: job_state(db_url, jobs[2].id) == "failed")  # retried once, then out of attempts
+    finally:
+        await client.shutdown(timeout=2)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        notes = [row[0] for row in conn.execute("SELECT note FROM app_orders ORDER BY id")]
+    assert notes == ["ok"]
+    assert count_rows(db_url, "SELECT count(*) FROM awa.jobs WHERE state = 'completed'") == 1

@@ -365,15 +365,13 @@ class Awa:
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
         from . import signals
-        from .worker import make_handler, needs_transaction, rescued_hook
+        from .worker import make_handler, rescued_hook
 
         for task in self.tasks.values():
             handler = make_handler(task)
             if wrap is not None:
                 handler = wrap(handler)
-            client.registry.register(
-                task.name, handler, kind=task.name, queue=self.queue_of(task), transactional_for=needs_transaction
-            )
+            client.registry.register(task.name, handler, kind=task.name, queue=self.queue_of(task))
         client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
         client.hooks.add("rescued", rescued_hook(self))

@@ -58,9 +58,6 @@ log = logging.getLogger("awa_bridge.celery")
 
 HOSTNAME = f"awa@{socket.gethostname()}"
 
-#: Metadata keys that make a job's completion enqueue more work (run in the finalization transaction).
-CONTINUATION_KEYS = ("chain", "chord", "link")
-
 #: (task name, task id) of the task running in this thread, for ``get_task_logger`` records.
 _running: ContextVar[tuple[str, str]] = ContextVar("awa_celery_running", default=("???", "???"))
 
@@ -84,12 +81,6 @@ def make_handler(task: Task) -> Callable[[Any], Any]:
 
     handler.__name__ = handler.__qualname__ = task.name
     return handler
-
-
-def needs_transaction(job: Any) -> bool:
-    """True for a job whose completion enqueues more work: it finalizes in one transaction with it."""
-    meta = job.metadata.get("celery") or {}
-    return any(meta.get(key) for key in CONTINUATION_KEYS)
 
 
 def run_job(task: Task, job: Any) -> Any:
@@ -184,18 +175,23 @@ def _succeed(task: Task, job: Any, request: Context, meta: dict[str, Any], value
         _fail(task, job, request, meta, error)
     if not (task.ignore_result or request.ignore_result or task.app.conf.task_ignore_result):
         job.set_result(encoded)
-    _continue(task, job, request, meta, value, encoded)
+    if any(meta.get(key) for key in ("chain", "chord", "link")):
+        if isinstance(job, EagerJob):
+            _continue(task, None, request, meta, value, encoded)
+        else:  # written by the transaction that completes this job
+            job.on_complete(lambda conn: _continue(task, conn, request, meta, value, encoded))
     _hook(task.on_success, value, request.id, request.args, request.kwargs)
     signals.task_success.send(sender=task, result=value, runtime=time.monotonic() - request._started)
     _hook(task.after_return, states.SUCCESS, value, request.id, request.args, request.kwargs, None)
     _postrun(task, request, value, states.SUCCESS)
 
 
-def _continue(task: Task, job: Any, request: Context, meta: dict[str, Any], value: Any, encoded: Any) -> None:
-    """Links, the next chain step and the chord counter, on the attempt's finalization transaction."""
+def _continue(task: Task, conn: Any, request: Context, meta: dict[str, Any], value: Any, encoded: Any) -> None:
+    """Links, the next chain step and the chord counter, on ``conn``: the transaction completing
+    the job (None in eager mode: each call then writes, or runs, on its own)."""
     from .canvas import from_dict
 
-    app, conn = task.app, job.conn
+    app = task.app
     extra = {"connection": conn} if conn is not None else {}
     parent = {"parent_id": request.id, "root_id": meta.get("root_id") or request.id}
     for link in meta.get("link") or ():

@@ -28,12 +28,6 @@ class Handler:
     # For sync transactional handlers: opens the finalization transaction and
     # yields its connection (None: a psycopg connection from the worker's pool).
     transaction: Callable[[], AbstractContextManager[Any]] | None = None
-    # Per job: True finalizes this attempt on the transactional path although the
-    # handler is not transactional (the Celery layer's canvas continuations).
-    transactional_for: Callable[[Any], bool] | None = None
-
-    def in_transaction(self, ctx: Any) -> bool:
-        return self.transactional or (self.transactional_for is not None and self.transactional_for(ctx))
 
     def decode(self, args: Any) -> Any:
         """Build the handler's args object from the stored JSON."""
@@ -69,7 +63,6 @@ class Registry:
         queue: str = "default",
         transactional: bool = False,
         transaction: Callable[[], AbstractContextManager[Any]] | None = None,
-        transactional_for: Callable[[Any], bool] | None = None,
     ) -> Handler:
         if isinstance(target, str):
             args_type, resolved = None, kind or target
@@ -90,7 +83,6 @@ class Registry:
             is_async=is_async,
             transactional=transactional,
             transaction=transaction,
-            transactional_for=transactional_for,
         )
         self.handlers[resolved] = handler
         return handler
