@@ -10,7 +10,9 @@ Tasks are awa jobs (kind = the task's name, args = ``{"args": [...],
 one, run by the awa worker (``app.client()``, or ``manage.py awa_worker``
 with Django), with Celery's retry semantics and results in PostgreSQL. What
 Celery does that awa cannot do faithfully is refused loudly where it is
-written. Guide and option tables: docs/howto/celery.md.
+written. Canvas (``chain``, ``group``, ``chord``, signatures) runs on awa
+jobs with results in PostgreSQL; ``signals`` and ``utils.log.get_task_logger``
+are Celery's. Guide and option tables: docs/howto/celery.md.
 """
 
 from __future__ import annotations
@@ -18,21 +20,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import states
+from . import signals, states
 from .app import Awa, Celery, current_app
 from .beat import crontab, schedule
+from .canvas import Signature, chain, chord, group, maybe_signature, signature, subtask
 from .errors import (
     CeleryError,
+    ChordError,
     ImproperlyConfigured,
     MaxRetriesExceededError,
     NotRegistered,
     Retry,
+    SoftTimeLimitExceeded,
     TaskError,
     TaskRevokedError,
+    TimeLimitExceeded,
     TimeoutError,
     UnsupportedOption,
 )
-from .result import AsyncResult, EagerResult
+from .result import AsyncResult, EagerResult, GroupResult
 from .task import SHARED_TASKS, Context, Task, build_task
 from .transaction import register_transaction_provider, unregister_transaction_provider
 
@@ -65,22 +71,34 @@ __all__ = [
     "Awa",
     "Celery",
     "CeleryError",
+    "ChordError",
     "Context",
     "EagerResult",
+    "GroupResult",
     "ImproperlyConfigured",
     "MaxRetriesExceededError",
     "NotRegistered",
     "Retry",
+    "Signature",
+    "SoftTimeLimitExceeded",
     "Task",
     "TaskError",
     "TaskRevokedError",
+    "TimeLimitExceeded",
     "TimeoutError",
     "UnsupportedOption",
+    "chain",
+    "chord",
     "crontab",
     "current_app",
+    "group",
+    "maybe_signature",
     "register_transaction_provider",
     "schedule",
     "shared_task",
+    "signals",
+    "signature",
     "states",
+    "subtask",
     "unregister_transaction_provider",
 ]

@@ -26,12 +26,17 @@ import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from .errors import ImproperlyConfigured, NotRegistered, UnsupportedOption
 from .options import SETTINGS, awa_priority, check_setting
 from .task import SHARED_TASKS, Task, build_task
+
+if TYPE_CHECKING:
+    from .result import AsyncResult
+
+TaskBase = Task  # inside Awa, ``Task`` is the app.Task property
 
 _current: Awa | None = None
 _default: Awa | None = None
@@ -69,17 +74,20 @@ class Settings:
         return self._values[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        self._values[key] = self._checked(key, value, self._values.get("timezone"))
+
+    def _checked(self, key: str, value: Any, timezone: str | None) -> Any:
         value = check_setting(key, value)
         if key == "beat_schedule":
             from .beat import translate
 
-            translate(value, timezone=self._values.get("timezone") or "UTC")  # refuse what cron cannot say, now
+            translate(value, timezone=timezone or "UTC")  # refuse what cron cannot say, now
             value = dict(value)
         if key == "timezone" and value is not None:
             from ..cron import _zone
 
             _zone(value)
-        self._values[key] = value
+        return value
 
     def __contains__(self, key: object) -> bool:
         return key in self._values
@@ -88,15 +96,37 @@ class Settings:
         return self._values.get(key, default)
 
     def update(self, values: Mapping[str, Any] | None = None, **more: Any) -> None:
-        for key, value in {**(values or {}), **more}.items():
-            self[key] = value
+        """Set several settings at once; every refused one is reported in one error and none is set."""
+        items = {**(values or {}), **more}
+        timezone = items.get("timezone", self._values.get("timezone"))
+        checked: dict[str, Any] = {}
+        refused: list[ValidationError] = []
+        for key, value in items.items():
+            try:
+                checked[key] = self._checked(key, value, timezone)
+            except ValidationError as exc:
+                refused.append(exc)
+        if len(refused) == 1:
+            raise refused[0]
+        if refused:
+            raise UnsupportedOption(
+                ", ".join(exc.field for exc in refused),
+                f"{len(refused)} settings are refused:\n"
+                + "\n".join(f"  {exc.field}: {exc.message}" for exc in refused),
+            )
+        self._values.update(checked)
 
 
 class Control:
-    """``app.control``: the one remote-control command that maps onto awa, ``revoke``."""
+    """``app.control``: ``revoke``, and ``inspect()`` answered from the database."""
 
     def __init__(self, app: Awa) -> None:
         self.app = app
+
+    def inspect(self, destination: Any = None, timeout: float = 1.0, **options: Any) -> Any:
+        from .control import Inspect
+
+        return Inspect(self.app, destination)
 
     def revoke(self, task_id: str | int | Iterable[str | int], terminate: bool = False, signal: Any = None) -> None:
         ids = [task_id] if isinstance(task_id, (str, int)) else list(task_id)
@@ -119,7 +149,7 @@ class Awa:
         backend: Any = None,
         include: Iterable[str] | None = None,
         set_as_current: bool = True,
-        task_cls: type[Task] | None = None,
+        task_cls: type[TaskBase] | None = None,
         config_source: Any = None,
         namespace: str | None = None,
         **config: Any,
@@ -129,13 +159,13 @@ class Awa:
             raise UnsupportedOption("broker", "awa's broker is PostgreSQL: pass database_url= (or set DATABASE_URL)")
         if backend is not None:
             raise UnsupportedOption("backend", "results are stored in PostgreSQL next to the job: drop backend=")
-        if task_cls is not None and not (isinstance(task_cls, type) and issubclass(task_cls, Task)):
+        if task_cls is not None and not (isinstance(task_cls, type) and issubclass(task_cls, TaskBase)):
             raise ValidationError("task_cls", "must be a subclass of awa_bridge.celery.Task")
         self.main = main
-        self.task_cls: type[Task] = task_cls or Task
+        self.task_cls: type[TaskBase] = task_cls or TaskBase
         self.conf = Settings()
         self.control = Control(self)
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, TaskBase] = {}
         self._pending_discovery: list[tuple[Any, str]] = []
         self._imported = False
         self._local = threading.local()
@@ -159,18 +189,18 @@ class Awa:
     def task(self, *args: Any, **options: Any) -> Any:
         """``@app.task`` or ``@app.task(**options)``: register a function as a task (see options.py)."""
 
-        def decorate(fun: Callable[..., Any]) -> Task:
+        def decorate(fun: Callable[..., Any]) -> TaskBase:
             task = build_task(fun, self, options)
             self.register(task)
             return task
 
-        if len(args) == 1 and callable(args[0]) and not isinstance(args[0], Task):
+        if len(args) == 1 and callable(args[0]) and not isinstance(args[0], TaskBase):
             return decorate(args[0])
         if args:
             raise TypeError("app.task() takes the function, or options as keywords")
         return decorate
 
-    def register(self, task: Task) -> Task:
+    def register(self, task: TaskBase) -> TaskBase:
         """Add ``task`` under its name; another function under the same name is an error."""
         existing = self._tasks.get(task.name) or SHARED_TASKS.get(task.name)
         if existing is not None and not _same_function(existing, task):
@@ -179,12 +209,28 @@ class Awa:
         return task
 
     @property
-    def tasks(self) -> dict[str, Task]:
+    def tasks(self) -> dict[str, TaskBase]:
         """Every task this app knows: its own and the ``@shared_task`` ones (imports pending modules first)."""
         self.import_modules()
-        return {**SHARED_TASKS, **self._tasks}
+        tasks = {**SHARED_TASKS, **self._tasks}
+        if self.conf.task_annotations:
+            from .options import annotate
 
-    def get_task(self, name: str) -> Task:
+            for task in tasks.values():
+                annotate(task, self.conf.task_annotations)
+        return tasks
+
+    @property
+    def Task(self) -> type[TaskBase]:
+        """``app.Task``: the base class of this app's tasks (subclass it, pass ``base=``)."""
+        return self.task_cls
+
+    def signature(self, *args: Any, **kwargs: Any) -> Any:
+        from .canvas import signature
+
+        return signature(*args, app=self, **kwargs)
+
+    def get_task(self, name: str) -> TaskBase:
         try:
             return self.tasks[name]
         except KeyError:
@@ -257,6 +303,7 @@ class Awa:
             obj = getattr(module, attribute) if attribute else module
         items = obj.items() if isinstance(obj, Mapping) else ((k, getattr(obj, k)) for k in dir(obj))
         prefix = f"{namespace}_" if namespace else ""
+        found: dict[str, Any] = {}
         for key, value in list(items):
             if not isinstance(key, str) or key.startswith("_"):
                 continue
@@ -266,16 +313,34 @@ class Awa:
                 key = key[len(prefix) :].lower()
             elif not isinstance(obj, Mapping) and not _looks_like_setting(key):
                 continue  # a module's imports and helpers
-            self.conf[key] = value
+            found[key] = value
+        self.conf.update(found)
 
-    def route(self, name: str) -> dict[str, Any]:
-        """The ``task_routes`` entry for a task name (exact name first, then globs in order)."""
-        routes = self.conf.task_routes or {}
-        if name in routes:
-            return routes[name]
-        for pattern, route in routes.items():
-            if fnmatch.fnmatchcase(name, pattern):
+    def route(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Any = None,
+        options: Mapping[str, Any] | None = None,
+        task: Any = None,
+    ) -> dict[str, Any]:
+        """The ``task_routes`` route of a call: the first router that answers (dicts: the exact
+        name, then globs and regexes in order; router functions with Celery's arguments)."""
+        from .options import check_route
+
+        for router in self.conf.task_routes or ():
+            if callable(router):
+                found = router(name, args or (), kwargs or {}, dict(options or {}), task=task)
+                if found:
+                    return check_route(found, f"task_routes: {getattr(router, '__name__', router)!r}({name!r})")
+                continue
+            if name in router:
+                route: dict[str, Any] = router[name]
                 return route
+            for pattern, route in router.items():
+                matches = pattern.match(name) if hasattr(pattern, "match") else fnmatch.fnmatchcase(name, pattern)
+                if matches:
+                    return route
         return {}
 
     def awa_priority(self, celery_priority: int | None) -> int:
@@ -286,7 +351,7 @@ class Awa:
 
     # -- results -----------------------------------------------------------------------
 
-    def AsyncResult(self, task_id: str | int, task_name: str | None = None) -> Any:
+    def AsyncResult(self, task_id: str | int, task_name: str | None = None) -> AsyncResult:
         from .result import AsyncResult
 
         return AsyncResult(task_id, app=self, task_name=task_name)
@@ -299,26 +364,64 @@ class Awa:
 
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
-        from .worker import make_handler
+        from . import signals
+        from .worker import make_handler, rescued_hook
 
         for task in self.tasks.values():
             handler = make_handler(task)
             if wrap is not None:
                 handler = wrap(handler)
-            queue = self.route(task.name).get("queue") or task.queue or self.conf.task_default_queue
-            client.registry.register(task.name, handler, kind=task.name, queue=queue)
+            client.registry.register(task.name, handler, kind=task.name, queue=self.queue_of(task))
+        client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
+        client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
+        client.hooks.add("rescued", rescued_hook(self))
         for job in self.periodic_jobs():
             if job.name in client.schedules:
                 raise ValidationError("beat_schedule", f"schedule {job.name!r} is already declared on this client")
             client.schedules[job.name] = job
 
-    def client(self, **timings: Any) -> Any:
-        """A worker ``Client`` on this app's database running every task (and the beat schedule)."""
-        from ..worker import Client
+    def queue_of(self, task: TaskBase) -> str:
+        return str(self.route(task.name).get("queue") or task.queue or self.conf.task_default_queue)
 
-        client = Client(self.database_url, **timings)
+    def client(self, **timings: Any) -> Any:
+        """A worker ``Client`` on this app's database running every task (and the beat schedule).
+
+        Started without queues, it runs the tasks' queues with ``worker_concurrency``
+        slots each (awa's default when unset) and a deadline of at least the
+        longest ``time_limit`` of a task on that queue.
+        """
+        from ..worker import Client, QueueConfig
+
+        app = self
+
+        class CeleryClient(Client):
+            def queue_configs(self, queues: Any) -> list[QueueConfig]:
+                return app.queue_configs() if queues is None else super().queue_configs(queues)
+
+        client = CeleryClient(self.database_url, **timings)
         self.install(client)
         return client
+
+    def queue_configs(self) -> list[Any]:
+        """The queues of the app's tasks as awa ``QueueConfig`` (``worker_concurrency``, time limits)."""
+        from ..worker import QueueConfig
+
+        deadlines: dict[str, float] = {}
+        for task in self.tasks.values():
+            limit = task.time_limit if task.time_limit is not None else self.conf.task_time_limit
+            queue = self.queue_of(task)
+            deadlines[queue] = max(deadlines.get(queue, 0.0), float(limit or 0.0))
+        options: dict[str, Any] = {}
+        if self.conf.worker_concurrency:
+            options["max_workers"] = int(self.conf.worker_concurrency)
+        configs = []
+        for queue in sorted(deadlines) or [self.conf.task_default_queue]:
+            extra = dict(options)
+            default_deadline = QueueConfig(queue).deadline
+            if deadlines.get(queue, 0.0) + 5 > default_deadline:
+                extra["deadline"] = deadlines[queue] + 5  # the hard limit fires first; the deadline is the backstop
+            configs.append(QueueConfig(queue, **extra))
+        return configs
 
     def periodic_jobs(self) -> list[Any]:
         """The beat schedule as awa ``PeriodicJob`` values."""
@@ -379,12 +482,12 @@ def _origin(task: Task) -> str:
 
 
 def _looks_like_setting(key: str) -> bool:
-    from .options import REFUSED_SETTINGS
+    from .options import IGNORED_SETTINGS, REFUSED_SETTINGS
 
-    return key in SETTINGS or key in REFUSED_SETTINGS or key.startswith(_SETTING_PREFIXES)
+    return key in SETTINGS or key in REFUSED_SETTINGS or key in IGNORED_SETTINGS or key.startswith(_SETTING_PREFIXES)
 
 
-_SETTING_PREFIXES = ("task_", "result_", "broker_", "worker_", "beat_", "celery_")
+_SETTING_PREFIXES = ("task_", "result_", "broker_", "worker_", "beat_", "celery_", "redis_")
 
 
 def _import_related(package: str, related_name: str) -> None:

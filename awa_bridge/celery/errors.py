@@ -102,3 +102,34 @@ class TaskError(CeleryError):
         self.exc_message = exc_message
         self.traceback = traceback
         super().__init__(f"{exc_type}: {exc_message}" if exc_message else exc_type)
+
+
+class SoftTimeLimitExceeded(CeleryError):
+    """Raised inside a task when its ``soft_time_limit`` passes; the task may catch it and clean up."""
+
+
+class TimeLimitExceeded(CeleryError):
+    """The task ran past its hard ``time_limit``: the attempt is stopped and the task fails."""
+
+
+class WorkerLostError(CeleryError):
+    """The task's last attempt ended with its worker: it died, or the attempt ran past its deadline."""
+
+
+class ChordError(CeleryError):
+    """A chord's callback did not run because a member of its header failed."""
+
+
+class ExceptionInfo:
+    """What Celery's hooks and signals get as ``einfo``: the exception, its type and traceback."""
+
+    def __init__(self, exc: BaseException) -> None:
+        import traceback as tb
+
+        self.exception = exc
+        self.type = type(exc)
+        self.tb = exc.__traceback__
+        self.traceback = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+
+    def __str__(self) -> str:
+        return self.traceback

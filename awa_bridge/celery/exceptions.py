@@ -2,22 +2,30 @@
 
 from .errors import (
     CeleryError,
+    ChordError,
     ImproperlyConfigured,
     MaxRetriesExceededError,
     NotRegistered,
     Retry,
+    SoftTimeLimitExceeded,
     TaskError,
     TaskRevokedError,
+    TimeLimitExceeded,
     TimeoutError,
+    WorkerLostError,
 )
 
 __all__ = [
     "CeleryError",
+    "ChordError",
     "ImproperlyConfigured",
     "MaxRetriesExceededError",
     "NotRegistered",
     "Retry",
+    "SoftTimeLimitExceeded",
     "TaskError",
     "TaskRevokedError",
+    "TimeLimitExceeded",
     "TimeoutError",
+    "WorkerLostError",
 ]

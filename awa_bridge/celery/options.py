@@ -42,23 +42,18 @@ TASK_OPTIONS = (
     "acks_late",
     "reject_on_worker_lost",
     "track_started",
+    "time_limit",
+    "soft_time_limit",
+    "rate_limit",
+    "store_errors_even_if_ignored",
+    "send_events",
 )
-
-_QUEUE_DEADLINE = "put the task on a queue of its own and set that queue's deadline (QueueConfig(deadline=...))"
 
 #: Options that have no faithful meaning on awa, with what to do instead.
 REFUSED_TASK_OPTIONS = {
-    "time_limit": "awa has no hard kill of a running task; " + _QUEUE_DEADLINE,
-    "soft_time_limit": "awa raises no SoftTimeLimitExceeded inside a task; "
-    + _QUEUE_DEADLINE
-    + " (past it, sync handlers see job.cancelled and the attempt fails)",
-    "rate_limit": "awa rate-limits claims per queue, not per task: put the task on a queue of its own "
-    "with QueueConfig(max_rate=...)",
     "acks_on_failure_or_timeout": "a failed attempt is recorded in the job's errors and retried or failed "
     "by awa's rules; there is no message to acknowledge",
-    "store_errors_even_if_ignored": "errors are always kept in the job's errors column",
     "compression": "arguments and results are stored as jsonb",
-    "send_events": "awa has no event stream; use the worker's lifecycle hooks (client.on(...))",
     "pydantic": "arguments are stored as JSON; convert models yourself (model_dump / model_validate)",
     "trail": "awa keeps no parent/child result trail",
     "resultrepr_maxsize": "results are stored whole as jsonb",
@@ -79,6 +74,10 @@ FIXED_TASK_OPTIONS = {
         "reject_on_worker_lost=True; False (fail the task) has no equivalent",
     ),
     "track_started": (True, "awa always reports STARTED while a task runs; track_started=False has no equivalent"),
+    # Accepted for what awa always does: errors are kept in the job's errors column; the
+    # signals are sent in the worker's process (there is no event stream to switch).
+    "store_errors_even_if_ignored": (True, "errors are always kept in the job's errors column"),
+    "send_events": (True, "awa has no event stream; connect to awa_bridge.celery.signals instead"),
 }
 
 
@@ -113,16 +112,22 @@ CALL_OPTIONS = (
     "using",
     "unique",
     "tags",
+    "task_id",
+    "link",
+    "link_error",
+    "time_limit",
+    "soft_time_limit",
+    "parent_id",
+    "root_id",
+    # set by canvas (chain / group / chord) on the jobs it writes
+    "chain",
+    "chord",
+    "group_id",
+    "group_index",
+    "chord_error",
 )
 
 REFUSED_CALL_OPTIONS = {
-    "task_id": "job ids are assigned by PostgreSQL; read the id from the returned AsyncResult",
-    "link": "awa has no callbacks between tasks; call the next task from the first one",
-    "link_error": "awa has no error callbacks; handle the error in the task or with client.on('exhausted')",
-    "chain": "canvas (chain/group/chord) is not supported",
-    "chord": "canvas (chain/group/chord) is not supported",
-    "group_id": "canvas (chain/group/chord) is not supported",
-    "group_index": "canvas (chain/group/chord) is not supported",
     "shadow": "the job's kind is the task's name",
     "headers": "use metadata on awa jobs (awa_bridge.insert_job(..., metadata=...)) instead",
     "exchange": "awa routes by queue only",
@@ -130,8 +135,6 @@ REFUSED_CALL_OPTIONS = {
     "retry": "the job is one INSERT in your transaction; there is no publish retry",
     "retry_policy": "the job is one INSERT in your transaction; there is no publish retry",
     "compression": "arguments are stored as jsonb",
-    "time_limit": "awa has no per-call time limit; use a queue deadline (QueueConfig(deadline=...))",
-    "soft_time_limit": "awa has no per-call time limit; use a queue deadline (QueueConfig(deadline=...))",
     "add_to_parent": "awa keeps no parent/child result trail",
     "producer": "the job is written on a database connection (connection=... or your transaction)",
     "mandatory": "awa routes by queue only",
@@ -167,6 +170,11 @@ SETTINGS: dict[str, Any] = {
     "accept_content": ("json",),
     "result_accept_content": ("json",),
     "task_routes": None,
+    "task_annotations": None,
+    "task_time_limit": None,
+    "task_soft_time_limit": None,
+    "task_default_rate_limit": None,
+    "worker_concurrency": None,  # mapped: max_workers of each queue app.client() runs
     "beat_schedule": {},
     "timezone": None,
     "enable_utc": True,
@@ -176,33 +184,79 @@ SETTINGS: dict[str, Any] = {
     "priority_order": "higher_first",  # awa's own: how to read Celery priorities (see awa_priority)
 }
 
-_WORKER = "configure the awa worker instead (Client(...) / QueueConfig, or AWA['QUEUES'] in Django)"
-REFUSED_SETTINGS = {
-    "broker_url": "awa's broker is PostgreSQL: set database_url (or DATABASE_URL) instead",
-    "broker": "awa's broker is PostgreSQL: set database_url (or DATABASE_URL) instead",
-    "result_backend": "results are stored in PostgreSQL (awa.job_results) next to the job: drop this setting",
-    "result_expires": "results live exactly as long as their job: set the worker's completed_retention",
-    "task_time_limit": "awa has no hard time limit; use queue deadlines (QueueConfig(deadline=...))",
-    "task_soft_time_limit": "awa has no soft time limit; use queue deadlines (QueueConfig(deadline=...))",
-    "task_default_rate_limit": "awa rate-limits per queue: QueueConfig(max_rate=...)",
-    "task_annotations": "set the options on the tasks themselves",
-    "task_compression": "arguments are stored as jsonb",
+_BROKER = "the broker is PostgreSQL (database_url / DATABASE_URL); the value is not used"
+_NO_EVENTS = "awa has no event stream; the signals are sent in the worker's process (awa_bridge.celery.signals)"
+_LOGGING = "the awa worker leaves logging as the program configured it (get_task_logger records carry task_id)"
+
+#: Accepted and ignored: what they configure does not exist on awa, and nothing behaves differently without it.
+IGNORED_SETTINGS: dict[str, str] = {
+    "broker_url": _BROKER,
+    "broker": _BROKER,
+    "broker_connection_retry": _BROKER,
+    "broker_connection_retry_on_startup": _BROKER,
+    "broker_connection_max_retries": _BROKER,
+    "broker_connection_timeout": _BROKER,
+    "broker_heartbeat": _BROKER,
+    "broker_pool_limit": _BROKER,
+    "broker_transport_options": _BROKER,
+    "broker_use_ssl": _BROKER,
+    "broker_channel_error_retry": _BROKER,
+    "result_backend": "results are stored in PostgreSQL (awa.job_results) next to the job; the value is not used",
+    "result_backend_always_retry": "results are written by the job's completing statement; there is no backend call",
+    "result_backend_max_retries": "results are written by the job's completing statement; there is no backend call",
+    "result_backend_transport_options": "results are stored in PostgreSQL; there is no backend transport",
+    "result_expires": "a result lives as long as its job (the worker's completed_retention) and is deleted with it",
+    "result_persistent": "results are rows in PostgreSQL: always persistent",
     "result_compression": "results are stored as jsonb",
+    "task_compression": "arguments are stored as jsonb",
     "task_create_missing_queues": "awa queues exist as soon as a job names them",
-    "task_queues": "awa queues are names; a worker runs the ones it is given (" + _WORKER + ")",
-    "worker_concurrency": _WORKER,
-    "worker_prefetch_multiplier": _WORKER,
-    "worker_max_tasks_per_child": _WORKER,
-    "task_reject_on_worker_lost": "a job whose worker dies is always rescued and run again (spending an attempt)",
+    "task_queues": "awa queues are names: a worker runs the queues it is started with (or the tasks' queues)",
+    "task_default_exchange": "awa routes by queue only",
+    "task_default_exchange_type": "awa routes by queue only",
+    "task_default_routing_key": "awa routes by queue only",
+    "task_publish_retry": "the job is one INSERT in your transaction; there is no publish to retry",
+    "task_publish_retry_policy": "the job is one INSERT in your transaction; there is no publish to retry",
     "task_store_errors_even_if_ignored": "errors are always kept in the job's errors column",
+    "task_send_sent_event": _NO_EVENTS,
+    "task_protocol": "jobs are rows, not messages",
+    "worker_send_task_events": _NO_EVENTS,
+    "worker_enable_remote_control": "app.control.inspect() reads the database; there is no remote control channel",
+    "worker_prefetch_multiplier": "awa claims only as many jobs as it has free slots: nothing is prefetched",
+    "worker_max_tasks_per_child": "sync tasks run in the worker's threads; there are no child processes to recycle",
+    "worker_max_memory_per_child": "sync tasks run in the worker's threads; there are no child processes to recycle",
+    "worker_pool": "sync tasks run in the worker's thread pool",
+    "worker_hijack_root_logger": _LOGGING,
+    "worker_log_format": _LOGGING,
+    "worker_task_log_format": _LOGGING,
+    "worker_log_color": _LOGGING,
+    "worker_redirect_stdouts": _LOGGING,
+    "worker_redirect_stdouts_level": _LOGGING,
+    "worker_cancel_long_running_tasks_on_connection_loss": "a worker that loses the database has its jobs "
+    "rescued by the leader once their heartbeats go stale",
+    "worker_lost_wait": "a lost worker's jobs are rescued once their heartbeats go stale",
+    "worker_state_db": "revokes are job states in PostgreSQL; there is no worker state file",
+    "beat_max_loop_interval": "awa's cron is evaluated by the worker's maintenance leader",
+    "beat_schedule_filename": "beat schedules are stored in awa.cron_jobs",
+}
+
+_WORKER = "configure the awa worker instead (Client(...) / QueueConfig, or AWA['QUEUES'] in Django)"
+#: Refused: their meaning cannot be kept here (other values than awa's behaviour are in FIXED_SETTINGS).
+REFUSED_SETTINGS = {
+    "beat_scheduler": "awa's beat is its cron table (awa.cron_jobs) declared from beat_schedule; a scheduler "
+    "class (django_celery_beat's DatabaseScheduler) and the schedules edited in it are not read",
 }
 
 FIXED_SETTINGS = {
     "task_acks_late": (True, "awa finishes a job only after its task returns; early acknowledgement has no equivalent"),
     "task_track_started": (True, "awa always reports STARTED while a task runs"),
-    "task_serializer": ("json", "jobs store their arguments as jsonb"),
-    "result_serializer": ("json", "results are stored as jsonb"),
+    "task_serializer": ("json", "jobs store their arguments as jsonb (in kombu's JSON encoding)"),
+    "result_serializer": ("json", "results are stored as jsonb (in kombu's JSON encoding)"),
     "enable_utc": (True, "times are stored as timestamptz; give a timezone for crontab schedules instead"),
+    "task_reject_on_worker_lost": (
+        True,
+        "a job whose worker dies is always rescued and run again (not counted as a retry); "
+        "False (fail the task) has no equivalent",
+    ),
 }
 
 PRIORITY_ORDERS = ("higher_first", "lower_first")
@@ -211,15 +265,23 @@ PRIORITY_ORDERS = ("higher_first", "lower_first")
 def check_setting(key: str, value: Any) -> Any:
     """Validate one setting; return the value to keep."""
     if key in REFUSED_SETTINGS:
+        if key == "beat_scheduler" and value in (None, "celery.beat:PersistentScheduler"):
+            return value
         raise UnsupportedOption(key, f"not supported: {REFUSED_SETTINGS[key]}")
-    if key.startswith("worker_") or key.startswith("broker_"):
-        raise UnsupportedOption(key, f"not supported: {_WORKER}")
-    if key not in SETTINGS:
-        raise UnsupportedOption(key, f"unknown or unsupported setting; supported: {', '.join(SETTINGS)}")
     if key in FIXED_SETTINGS:
         allowed, reason = FIXED_SETTINGS[key]
         if value != allowed:
             raise UnsupportedOption(key, f"{key}={value!r} is not supported: {reason}")
+        return value
+    if key in IGNORED_SETTINGS or key.startswith("redis_"):
+        return value
+    if key not in SETTINGS:
+        hint = f" ({_WORKER})" if key.startswith("worker_") else ""
+        raise UnsupportedOption(key, f"unknown or unsupported setting{hint}; supported: {', '.join(SETTINGS)}")
+    return _check_value(key, value)
+
+
+def _check_value(key: str, value: Any) -> Any:
     if key in ("accept_content", "result_accept_content"):
         values = [value] if isinstance(value, str) else list(value)
         if any(v not in ("json", "application/json") for v in values):
@@ -233,35 +295,118 @@ def check_setting(key: str, value: Any) -> Any:
         _check_queue(value, key)
     if key == "task_routes" and value is not None:
         return check_routes(value)
+    if key == "task_annotations" and value is not None:
+        return check_annotations(value)
+    if key in ("task_time_limit", "task_soft_time_limit") and value is not None:
+        return seconds(value, key)
+    if key == "task_default_rate_limit" and value is not None:
+        from .limits import parse_rate
+
+        parse_rate(value, key)
+    bad_count = isinstance(value, bool) or not isinstance(value, int) or value < 1
+    if key == "worker_concurrency" and value is not None and bad_count:
+        raise ValidationError(key, f"must be a positive integer, got {value!r}")
     if key in ("imports", "include"):
         return (value,) if isinstance(value, str) else tuple(value)
     return value
 
 
-def check_routes(routes: Any) -> dict[str, dict[str, Any]]:
-    """``task_routes`` as a dict of task name (or glob) to ``{"queue": ...}``."""
-    if not isinstance(routes, Mapping):
-        raise UnsupportedOption(
-            "task_routes",
-            "only the dict form is supported ({'name or glob': {'queue': 'q'}}); router functions are not",
-        )
-    result: dict[str, dict[str, Any]] = {}
-    for pattern, route in routes.items():
-        if isinstance(route, str):
-            route = {"queue": route}
-        if not isinstance(route, Mapping):
-            raise ValidationError(
-                f"task_routes[{pattern!r}]", f"must be a dict such as {{'queue': 'q'}}, got {route!r}"
+#: Task attributes ``task_annotations`` may set.
+ANNOTATABLE = (
+    "rate_limit",
+    "time_limit",
+    "soft_time_limit",
+    "max_retries",
+    "default_retry_delay",
+    "ignore_result",
+    "acks_late",
+    "autoretry_for",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+)
+
+
+def check_annotations(value: Any) -> tuple[dict[str, dict[str, Any]], ...]:
+    """``task_annotations``: a dict ``{"name or *": {"rate_limit": "10/s"}}`` or a list of them."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    result = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise UnsupportedOption(
+                "task_annotations", "only dicts of task name (or '*') to attributes are supported; objects are not"
             )
-        for key in route:
-            if key not in ("queue", "priority"):
-                raise UnsupportedOption(f"task_routes[{pattern!r}].{key}", "awa routes by queue (and priority) only")
-        if "queue" in route:
-            _check_queue(route["queue"], f"task_routes[{pattern!r}].queue")
-        if route.get("priority") is not None:
-            check_celery_priority(route["priority"], f"task_routes[{pattern!r}].priority")
-        result[str(pattern)] = dict(route)
-    return result
+        for name, attrs in item.items():
+            if not isinstance(attrs, Mapping):
+                raise ValidationError(f"task_annotations[{name!r}]", f"must be a dict of attributes, got {attrs!r}")
+            for attr in attrs:
+                if attr not in ANNOTATABLE:
+                    raise UnsupportedOption(
+                        f"task_annotations[{name!r}].{attr}", f"annotations may set {', '.join(ANNOTATABLE)}"
+                    )
+        result.append({str(k): dict(v) for k, v in item.items()})
+    return tuple(result)
+
+
+def annotate(task: Any, annotations: Any) -> None:
+    """Apply ``task_annotations`` to a task (exact name or ``*``), as Celery does when it loads tasks."""
+    from .task import _task_option
+
+    for item in annotations:
+        for name in ("*", task.name):
+            for attr, value in (item.get(name) or {}).items():
+                setattr(task, attr, _task_option(attr, value, f"task_annotations[{name!r}]"))
+
+
+def check_routes(routes: Any) -> tuple[Any, ...]:
+    """``task_routes`` as Celery takes it: a dict of task name (glob or compiled regex) to a route,
+    a router function ``(name, args, kwargs, options, task=None, **kw) -> route or None``, a
+    dotted path to one, or a list of these, tried in order."""
+    items = list(routes) if isinstance(routes, (list, tuple)) else [routes]
+    result: list[Any] = []
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            item = _import_router(item, f"task_routes[{index}]")
+        if callable(item):
+            result.append(item)
+        elif isinstance(item, Mapping):
+            result.append({pattern: check_route(route, f"task_routes[{pattern!r}]") for pattern, route in item.items()})
+        else:
+            raise ValidationError(
+                f"task_routes[{index}]", f"must be a dict, a router function or its dotted path, got {item!r}"
+            )
+    return tuple(result)
+
+
+def _import_router(path: str, field: str) -> Any:
+    import importlib
+
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise ValidationError(field, f"{path!r} is not an importable router function") from None
+
+
+def check_route(route: Any, field: str) -> dict[str, Any]:
+    """One route: a queue name, or a dict with ``queue`` (and ``priority``). Exchange-only routes
+    (``exchange`` / ``routing_key`` and no queue) are refused: awa routes by queue."""
+    if isinstance(route, str):
+        route = {"queue": route}
+    if not isinstance(route, Mapping):
+        raise ValidationError(field, f"must be a queue name or a dict such as {{'queue': 'q'}}, got {route!r}")
+    for key in route:
+        if key not in ("queue", "priority", "exchange", "exchange_type", "routing_key"):
+            raise UnsupportedOption(f"{field}.{key}", "awa routes by queue (and priority) only")
+    if "queue" not in route and ("exchange" in route or "routing_key" in route):
+        raise UnsupportedOption(
+            field, "awa routes by queue only: a route with an exchange or routing_key needs a queue"
+        )
+    if "queue" in route:
+        _check_queue(route["queue"], f"{field}.queue")
+    if route.get("priority") is not None:
+        check_celery_priority(route["priority"], f"{field}.priority")
+    return {k: v for k, v in route.items() if k in ("queue", "priority")}
 
 
 def _check_queue(value: Any, field: str) -> None:

@@ -23,6 +23,7 @@ from ..args import canonical_json
 from ..errors import InvalidState, JobNotFound, ValidationError
 from . import states
 from .errors import TaskError, TaskRevokedError, TimeoutError, UnsupportedOption
+from .serialization import decode
 
 if TYPE_CHECKING:
     from .app import Awa
@@ -83,6 +84,12 @@ def _find_class(type_path: str, allowed_modules: set[str]) -> type[BaseException
     return None
 
 
+def _custom_state(row: dict[str, Any]) -> dict[str, Any] | None:
+    """What ``update_state`` wrote while the job runs (``metadata.celery_state``)."""
+    custom = (row["metadata"] or {}).get("celery_state")
+    return custom if isinstance(custom, dict) and isinstance(custom.get("state"), str) else None
+
+
 class AsyncResult:
     """A task call's handle: ``AsyncResult(id)`` or what ``delay()`` returned."""
 
@@ -92,6 +99,8 @@ class AsyncResult:
         self.task_name = task_name
         self._row: dict[str, Any] | None = None
         self._final = False
+        #: The result of the task before this one in a chain (set by canvas calls), as in Celery.
+        self.parent: Any = None
 
     @property
     def app(self) -> Awa:
@@ -123,28 +132,39 @@ class AsyncResult:
 
     @property
     def job_id(self) -> int | None:
-        """The job's id, or None when the id cannot be one (a uuid from eager mode, say)."""
-        return int(self.id) if self.id.isdigit() and 0 < int(self.id) < 2**63 else None
+        """The job's id: the id itself for ``delay()`` results; for a canvas task id (a uuid
+        given before the job existed) the id of its job once it is enqueued, else None."""
+        if self.id.isdigit():
+            return int(self.id) if 0 < int(self.id) < 2**63 else None
+        row = self._fetch()
+        return int(row["id"]) if row else None
 
     def _fetch(self) -> dict[str, Any] | None:
         if self._final:
             return self._row
-        job_id = self.job_id
-        row = None
-        if job_id is not None:
-            from ..drivers.psycopg import PsycopgSync
-            from ..sql import QUERIES
+        from ..drivers.psycopg import PsycopgSync
+        from ..sql import QUERIES
 
-            rows = PsycopgSync(self.app.connection()).fetch_all(QUERIES["get_job_result"], {"id": job_id})
-            row = rows[0] if rows else None
+        driver = PsycopgSync(self.app.connection())
+        if self.id.isdigit():
+            job_id = int(self.id)
+            rows = driver.fetch_all(QUERIES["get_job_result"], {"id": job_id}) if 0 < job_id < 2**63 else []
+        else:
+            rows = driver.fetch_all(QUERIES["get_job_result_by_task_id"], {"task_id": self.id})
+        row = rows[0] if rows else None
         self._row = row
         self._final = row is not None and states.from_job(row["state"]) in (states.SUCCESS, states.FAILURE)
         return row
 
     @property
     def state(self) -> str:
+        """Celery's state of the job; while it runs, the state its task set with ``update_state``."""
         row = self._fetch()
-        return states.from_job(row["state"], row["attempt"]) if row else states.PENDING
+        if row is None:
+            return states.PENDING
+        state = states.from_job(row["state"], row["attempt"])
+        custom = _custom_state(row)
+        return custom["state"] if custom is not None and state == states.STARTED else state
 
     status = state
 
@@ -185,12 +205,12 @@ class AsyncResult:
     @property
     def args(self) -> list[Any] | None:
         row = self._fetch()
-        return (row["args"] or {}).get("args") if row else None
+        return decode((row["args"] or {}).get("args")) if row else None
 
     @property
     def kwargs(self) -> dict[str, Any] | None:
         row = self._fetch()
-        return (row["args"] or {}).get("kwargs") if row else None
+        return decode((row["args"] or {}).get("kwargs")) if row else None
 
     @property
     def queue(self) -> str | None:
@@ -200,14 +220,19 @@ class AsyncResult:
     @property
     def retries(self) -> int | None:
         row = self._fetch()
-        return max(row["attempt"] - 1, 0) if row else None
+        if row is None:
+            return None
+        return int(((row["metadata"] or {}).get("celery") or {}).get("retries", 0))
 
     def _outcome(self, row: dict[str, Any] | None) -> Any:
         if row is None:
             return None
         state = states.from_job(row["state"], row["attempt"])
         if state == states.SUCCESS:
-            return row["result"]
+            return decode(row["result"])
+        custom = _custom_state(row)
+        if state == states.STARTED and custom is not None:
+            return decode(custom.get("meta"))
         errors = row["errors"] or []
         last = errors[-1] if errors else {}
         if state == states.REVOKED:
@@ -248,6 +273,8 @@ class AsyncResult:
             )
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if propagate:
+                self._maybe_reraise_parent_error()
             row = self._fetch()
             state = states.from_job(row["state"], row["attempt"]) if row else states.PENDING
             if state in states.READY_STATES:
@@ -262,6 +289,26 @@ class AsyncResult:
         return value
 
     wait = get
+
+    def _maybe_reraise_parent_error(self) -> None:
+        """As Celery's ``get``: the error of a failed earlier chain step is raised at once
+        (the later steps never run)."""
+        for node in reversed(list(self._parents())):
+            if isinstance(node, AsyncResult) and node.state in states.PROPAGATE_STATES:
+                raise node.result
+
+    def _parents(self) -> Any:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = getattr(node, "parent", None)
+
+    def build_graph(self, intermediate: bool = False) -> Any:
+        raise UnsupportedOption("build_graph", "awa keeps no result graph; follow .parent")
+
+    @property
+    def children(self) -> list[Any]:
+        return []
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -315,6 +362,7 @@ class EagerResult:
         self._state = state
         self.traceback = traceback
         self.name = self.task_name = name
+        self.parent: Any = None
 
     def __repr__(self) -> str:
         return f"<EagerResult: {self.id}>"
@@ -357,3 +405,78 @@ class EagerResult:
 
     def forget(self) -> None:
         pass
+
+
+class GroupResult:
+    """The results of a group's tasks, in the group's order (Celery's ``GroupResult``).
+
+    ``get()`` / ``join()`` wait for each member in order and return their
+    values as a list; with ``propagate`` the first failed member (in that
+    order) raises its error, as in Celery.
+    """
+
+    def __init__(self, id: str | None = None, results: list[Any] | None = None, parent: Any = None) -> None:
+        self.id = id
+        self.results: list[Any] = list(results or [])
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
+
+    def __iter__(self) -> Any:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.results[index]
+
+    @property
+    def children(self) -> list[Any]:
+        return self.results
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
+
+    def successful(self) -> bool:
+        return all(r.successful() for r in self.results)
+
+    def failed(self) -> bool:
+        return any(r.failed() for r in self.results)
+
+    def waiting(self) -> bool:
+        return not self.ready()
+
+    def completed_count(self) -> int:
+        return sum(int(r.successful()) for r in self.results)
+
+    def get(
+        self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any
+    ) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for result in self.results:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if isinstance(result, (AsyncResult, GroupResult)):
+                values.append(result.get(timeout=left, propagate=propagate, interval=interval, **options))
+            else:
+                values.append(result.get(timeout=left, propagate=propagate))
+        return values
+
+    join = get
+
+    def revoke(self, connection: Any = None, terminate: bool = False, **options: Any) -> None:
+        for result in self.results:
+            result.revoke(connection=connection, terminate=terminate, **options)
+
+    def forget(self) -> None:
+        for result in self.results:
+            result.forget()
+
+    def save(self, backend: Any = None) -> None:
+        raise UnsupportedOption("save", "group results are not stored; keep the member ids (result.results)")
+
+    @classmethod
+    def restore(cls, id: str, backend: Any = None, app: Any = None) -> GroupResult:
+        raise UnsupportedOption("restore", "group results are not stored; rebuild GroupResult(id, [AsyncResult(...)])")

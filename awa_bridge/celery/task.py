@@ -29,6 +29,7 @@ from ..errors import ValidationError
 from . import states
 from .errors import MaxRetriesExceededError, Retry, UnsupportedOption
 from .options import check_call_options, check_task_options, moment, seconds
+from .serialization import encode
 
 if TYPE_CHECKING:
     from .app import Awa
@@ -42,8 +43,10 @@ MAX_ATTEMPTS = 1000
 class Context:
     """``self.request``: the current execution of a task.
 
-    ``id`` is the job id as a string (a uuid in eager mode, None when called
-    directly); ``retries`` is ``attempt - 1``; ``job`` is the running
+    ``id`` is the task id: the job id as a string, or the uuid a canvas gave
+    it (a uuid in eager mode, None when called directly); ``retries`` counts
+    explicit retries and autoretries only (not re-runs after a lost worker);
+    ``job`` is the running
     ``awa_bridge.worker.JobContext`` (None outside the worker) for awa's own
     features (``job.set_progress``, ``job.cancelled``...).
     """
@@ -61,6 +64,17 @@ class Context:
     ignore_result: bool = False
     task: str | None = None
     job: Any = None
+    group: str | None = None
+    group_index: int | None = None
+    chord: Any = None
+    chain: Any = None
+    callbacks: Any = None
+    errbacks: Any = None
+    parent_id: str | None = None
+    root_id: str | None = None
+    timelimit: tuple[Any, Any] = (None, None)
+    # when the run began (time.monotonic()), for task_success's runtime
+    _started: float = 0.0
     # set by retry(throw=False): the retry to schedule when the task returns
     _retry: Retry | None = None
     _retry_args: tuple[Any, Any] | None = None
@@ -76,7 +90,7 @@ def exponential_backoff(factor: int, retries: int, maximum: int, full_jitter: bo
     countdown = min(maximum, factor * (2**retries))
     if full_jitter:
         countdown = random.randrange(countdown + 1)
-    return max(0, countdown)
+    return max(0, int(countdown))
 
 
 class Task:
@@ -99,6 +113,9 @@ class Task:
     throws: tuple[type[BaseException], ...] = ()
     acks_late: bool = True
     serializer: str = "json"
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    rate_limit: Any = None
     _bound: bool = False
     _app: Awa | None = None
 
@@ -214,6 +231,70 @@ class Task:
             raise ret
         return ret
 
+    # -- state, limits ------------------------------------------------------------------
+
+    def update_state(self, task_id: str | None = None, state: str | None = None, meta: Any = None, **kw: Any) -> None:
+        """Publish a custom state (``"PROGRESS"``) and ``meta`` while the task runs:
+        ``AsyncResult.state`` / ``.info`` show them until the task ends.
+
+        Written at once (fenced by the attempt's run_lease); ``meta`` goes through
+        Celery's JSON. Only the running task's own state can be set.
+        """
+        request = self.request
+        if task_id is not None and str(task_id) != str(request.id):
+            raise UnsupportedOption("task_id", f"{self.name}: update_state sets the running task's own state only")
+        if kw:
+            raise UnsupportedOption(next(iter(kw)), "update_state() takes task_id, state and meta")
+        job = request.job
+        if job is None:
+            return  # called directly: there is no stored state to update
+        from .serialization import encode
+
+        job.update_metadata({"celery_state": {"state": state or states.PENDING, "meta": encode(meta, "meta")}})
+        job.flush_progress()
+
+    def rate_wait(self) -> float:
+        """Seconds to wait under ``rate_limit`` (or ``task_default_rate_limit``) in this process; 0: run now."""
+        from .limits import parse_rate, rate_wait
+
+        rate = parse_rate(self.rate_limit if self.rate_limit is not None else self.app.conf.task_default_rate_limit)
+        return rate_wait(self.name, rate) if rate else 0.0
+
+    def time_limits(self, job: Any, meta: Mapping[str, Any], eager: bool) -> Any:
+        """The soft and hard time limits of this run (none in eager mode, as in Celery)."""
+        import contextlib
+
+        from .limits import TimeLimits
+
+        conf = self.app.conf
+        hard = meta.get("time_limit", self.time_limit if self.time_limit is not None else conf.task_time_limit)
+        soft = meta.get(
+            "soft_time_limit", self.soft_time_limit if self.soft_time_limit is not None else conf.task_soft_time_limit
+        )
+        if eager or (hard is None and soft is None):
+            return contextlib.nullcontext()
+        return TimeLimits(soft, hard, job)
+
+    # -- signatures ------------------------------------------------------------------------
+
+    def signature(self, args: Any = None, kwargs: Any = None, *starargs: Any, **options: Any) -> Any:
+        """``task.signature((2,), {"y": 1}, countdown=10)``: a call to make later (see canvas)."""
+        from .canvas import Signature
+
+        return Signature(self, args, kwargs, options, app=self._app)
+
+    subtask = signature
+
+    def s(self, *args: Any, **kwargs: Any) -> Any:
+        """``task.s(2, y=1)``: a signature whose call receives the previous task's value first."""
+        return self.signature(args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Any:
+        """``task.si(2)``: an immutable signature (the previous task's value is not passed)."""
+        sig = self.signature(args, kwargs)
+        sig.set_immutable(True)
+        return sig
+
     # -- hooks (no-ops, as in Celery) ---------------------------------------------------
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
@@ -233,11 +314,11 @@ class Task:
 
     # -- calling --------------------------------------------------------------------------
 
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
         """``apply_async(args, kwargs)``."""
         return self.apply_async(args, kwargs)
 
-    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult:
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult | EagerResult:
         """Enqueue a job for this call and return its ``AsyncResult``.
 
         Options: ``countdown`` / ``eta`` (when to run), ``expires`` (seconds or
@@ -257,7 +338,9 @@ class Task:
         app = self.app
         check_call_options(options, f"{self.name}.apply_async")
         if app.conf.task_always_eager:
-            return self.apply(args, kwargs, ignore_result=options.get("ignore_result"))
+            rest = dict(options)
+            task_id, ignore_result = rest.pop("task_id", None), rest.pop("ignore_result", None)
+            return self.apply(args, kwargs, task_id=task_id, ignore_result=ignore_result, **rest)
         conn = options.pop("connection", None)
         using = options.pop("using", None)
         prepared = self.prepare(args, kwargs, **options)
@@ -274,12 +357,12 @@ class Task:
                     "use `await task.aapply_async(..., connection=conn)`"
                 ) from None
             job = insert_job_sync(conn, prepared)
-        return app.AsyncResult(str(job.id), task_name=self.name)
+        return app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
-    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
         return await self.aapply_async(args, kwargs)
 
-    async def aapply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult:
+    async def aapply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> AsyncResult | EagerResult:
         """``apply_async`` for async code: ``connection=`` may be asyncpg, psycopg's
         ``AsyncConnection`` or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession``."""
         import asyncio
@@ -294,14 +377,15 @@ class Task:
             raise ValidationError("using", "give connection= or using=, not both")
         prepared = self.prepare(args, kwargs, **options)
         job = await insert_job(conn, prepared)
-        return self.app.AsyncResult(str(job.id), task_name=self.name)
+        return self.app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
     def prepare(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         """The validated ``PreparedJob`` of a call (arguments checked here, as JSON)."""
         from ..enqueue import prepare_job
 
         app = self.app
-        args, kwargs = self._arguments(args, kwargs)
+        # A chord callback sent to fail with ChordError never runs: its arguments are not checked.
+        args, kwargs = self._arguments(args, kwargs, check=not options.get("chord_error"))
         now = datetime.now(UTC)
         countdown, eta = options.get("countdown"), options.get("eta")
         if countdown is not None and eta is not None:
@@ -312,13 +396,8 @@ class Task:
             run_at = moment(delay, "countdown", now) if delay > 0 else None
         elif eta is not None:
             run_at = moment(eta, "eta", now)
-        celery_meta: dict[str, Any] = {}
-        expires = options.get("expires", self.expires)
-        if expires is not None:
-            celery_meta["expires"] = moment(expires, "expires", now).isoformat()
-        if options.get("ignore_result"):
-            celery_meta["ignore_result"] = True
-        route = app.route(self.name)
+        celery_meta = call_meta(options, now, self.expires)
+        route = app.route(self.name, args, kwargs, options, task=self)
         queue = options.get("queue") or route.get("queue") or self.queue or app.conf.task_default_queue
         priority = options.get("priority")
         if priority is None:
@@ -327,7 +406,7 @@ class Task:
             priority = app.conf.task_default_priority
         try:
             return prepare_job(
-                {"args": args, "kwargs": kwargs},
+                {"args": encode(args, "args"), "kwargs": encode(kwargs, "kwargs")},
                 kind=self.name,
                 queue=queue,
                 priority=app.awa_priority(priority),
@@ -345,12 +424,15 @@ class Task:
 
     @property
     def max_attempts(self) -> int:
-        """awa's ``max_attempts`` for this task: ``max_retries + 1`` (None: awa's cap, 1000)."""
+        """awa's ``max_attempts`` for this task: ``max_retries + 1`` runs, plus ``RESCUE_ATTEMPTS``
+        re-runs after lost workers, which Celery does not count as retries (None: awa's cap, 1000)."""
+        from .worker import RESCUE_ATTEMPTS
+
         if self.max_retries is None:
             return MAX_ATTEMPTS
-        return min(self.max_retries + 1, MAX_ATTEMPTS)
+        return min(self.max_retries + 1 + RESCUE_ATTEMPTS, MAX_ATTEMPTS)
 
-    def _arguments(self, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    def _arguments(self, args: Any, kwargs: Any, check: bool = True) -> tuple[list[Any], dict[str, Any]]:
         if args is None:
             args = ()
         if isinstance(args, (str, bytes, Mapping)) or not isinstance(args, (list, tuple)):
@@ -359,7 +441,7 @@ class Task:
             kwargs = {}
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"{self.name}: kwargs must be a dict, got {type(kwargs).__name__}")
-        if self.typing:
+        if self.typing and check:
             try:
                 inspect.signature(self.run).bind(*args, **kwargs)
             except TypeError as exc:
@@ -375,67 +457,66 @@ class Task:
         retries: int = 0,
         throw: bool | None = None,
         ignore_result: bool | None = None,
+        **options: Any,
     ) -> EagerResult:
-        """Run the task here, now, as the worker would (eager mode); return an ``EagerResult``.
+        """Run the task here, now, through the worker's own attempt code (eager mode).
 
-        Arguments go through JSON as they would through the database, so a
-        value JSON cannot carry fails here too. A retry runs again at once
+        Arguments go through Celery's JSON as they would through the database,
+        so a value it cannot carry fails here too. A retry runs again at once
         (Celery's eager behaviour); ``throw`` (default ``task_eager_propagates``)
         re-raises the task's error instead of returning a FAILURE result.
+        Links given in ``options`` are applied as the worker applies them.
         """
         import json
-        import traceback as tb
 
-        from .result import EagerResult
+        from .worker import run_eagerly
 
         if throw is None:
             throw = bool(self.app.conf.task_eager_propagates)
         prepared = self.prepare(args, kwargs)
-        payload = json.loads(prepared.args_json)
-        args, kwargs = payload["args"], payload["kwargs"]
-        task_id = task_id or str(uuid.uuid4())
-        while True:
-            request = Context(
-                id=task_id,
-                retries=retries,
-                args=args,
-                kwargs=kwargs,
-                is_eager=True,
-                called_directly=False,
-                task=self.name,
-                ignore_result=bool(ignore_result),
-            )
-            token = self.push_request(request)
-            try:
-                self.before_start(task_id, args, kwargs)
-                value = self.invoke(args, kwargs)
-            except Retry as retry:
-                self.on_retry(retry.exc, task_id, args, kwargs, None)
-                if request._retry_args is not None:
-                    args, kwargs = request._retry_args
-                retries += 1
-                if retries >= MAX_ATTEMPTS:  # max_retries=None retrying for ever: stop where awa would
-                    raise retry.exc or MaxRetriesExceededError(f"{self.name} retried {retries} times") from None
-                continue
-            except Exception as exc:
-                self.on_failure(exc, task_id, args, kwargs, None)
-                self.after_return(states.FAILURE, exc, task_id, args, kwargs, None)
-                if throw:
-                    raise
-                return EagerResult(task_id, exc, states.FAILURE, traceback=tb.format_exc(), name=self.name)
-            finally:
-                self.pop_request(token)
-            if request._retry is not None:  # retry(throw=False) and then returned
-                retries += 1
-                if request._retry_args is not None:
-                    args, kwargs = request._retry_args
-                continue
-            self.on_success(value, task_id, args, kwargs)
-            self.after_return(states.SUCCESS, value, task_id, args, kwargs, None)
-            return EagerResult(task_id, value, states.SUCCESS, name=self.name)
+        meta = call_meta({**options, "ignore_result": ignore_result}, datetime.now(UTC), None)
+        meta.pop("id", None)
+        result = run_eagerly(self, json.loads(prepared.args_json), task_id or str(uuid.uuid4()), retries, meta)
+        if throw and result.state == states.FAILURE:
+            raise result.result
+        return result
 
     def AsyncResult(self, task_id: str | int) -> AsyncResult:
         return self.app.AsyncResult(task_id, task_name=self.name)
+
+
+# -- what a call keeps in the job's metadata ---------------------------------------------
+
+
+def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -> dict[str, Any]:
+    """The ``metadata.celery`` of a call: expiry, its task id and canvas links (see canvas.py)."""
+    meta: dict[str, Any] = {}
+    expires = options.get("expires", default_expires)
+    if expires is not None:
+        meta["expires"] = moment(expires, "expires", now).isoformat()
+    if options.get("ignore_result"):
+        meta["ignore_result"] = True
+    task_id = options.get("task_id")
+    if task_id is not None:
+        if not isinstance(task_id, str) or not 1 <= len(task_id) <= 200 or task_id.isdigit() or "\x00" in task_id:
+            raise ValidationError("task_id", f"must be 1 to 200 characters and not all digits, got {task_id!r}")
+        meta["id"] = task_id
+    for key in ("link", "link_error"):
+        if options.get(key):
+            from .canvas import maybe_signature
+
+            value = options[key]
+            items = value if isinstance(value, (list, tuple)) else [value]
+            meta[key] = [maybe_signature(v).to_dict() for v in items]
+    if options.get("chain"):
+        meta["chain"] = [v if type(v) is dict else v.to_dict() for v in options["chain"]]
+    for key in ("chord", "group_id", "group_index", "parent_id", "root_id", "chord_error"):
+        if options.get(key) is not None:
+            meta[key] = options[key]
+    for key in ("time_limit", "soft_time_limit"):
+        if options.get(key) is not None:
+            meta[key] = seconds(options[key], key)
+    return meta
 
 
 # -- building tasks from functions -------------------------------------------------------
@@ -487,7 +568,7 @@ def build_task(fun: Callable[..., Any], app: Awa | None, options: dict[str, Any]
     for key, value in options.items():
         attrs[key] = _task_option(key, value, f"{where}: {key}")
     cls = type(fun.__name__, (base,), attrs)
-    task = cls()
+    task: Task = cls()
     task._app = app
     # The enqueue-time checks (queue name, priority range) run now, not at the first delay().
     if task.queue is not None:
@@ -510,6 +591,13 @@ def _task_option(key: str, value: Any, where: str) -> Any:
         return value
     if key in ("default_retry_delay", "retry_backoff_max"):
         return seconds(value, key)
+    if key in ("time_limit", "soft_time_limit"):
+        return None if value is None else seconds(value, key)
+    if key == "rate_limit":
+        from .limits import parse_rate
+
+        parse_rate(value)
+        return value
     if key == "retry_backoff":
         if isinstance(value, bool):
             return value

@@ -893,3 +893,53 @@ RETURNING max_attempts
 -- name: forget_job_result
 DELETE FROM awa.job_results WHERE job_id = %(id)s
 RETURNING job_id
+
+-- ---------------------------------------------------------------------------
+-- Celery canvas (v007): task ids given before the job exists, chord counters,
+-- and the database side of app.control.inspect(). The chord statements run
+-- on the member's finalization transaction (the worker's transactional
+-- path), so the counter moves exactly when the member's completion commits.
+-- ---------------------------------------------------------------------------
+
+-- name: get_job_result_by_task_id
+-- AsyncResult(task_id) for a canvas task id (jobs_celery_task_id_idx); the
+-- newest job wins should an id ever be sent twice.
+SELECT j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts, j.args, j.metadata,
+       j.errors, j.run_at, j.created_at, j.finalized_at, r.result, (r.job_id IS NOT NULL) AS has_result
+FROM awa.jobs AS j
+LEFT JOIN awa.job_results AS r ON r.job_id = j.id
+WHERE j.metadata ? 'celery' AND j.metadata -> 'celery' ->> 'id' = %(task_id)s
+ORDER BY j.id DESC
+LIMIT 1
+
+-- name: create_chord
+INSERT INTO awa.celery_chords (chord_id, size, remaining, results, callback)
+VALUES (%(chord_id)s, %(size)s, %(size)s, CAST(%(results)s AS jsonb), CAST(%(callback)s AS jsonb))
+RETURNING chord_id
+
+-- name: chord_member_done
+-- The row lock serializes members completing at once; the member that sees
+-- remaining = 0 enqueues the callback (and then deletes the row).
+UPDATE awa.celery_chords
+SET remaining = remaining - 1,
+    results = jsonb_set(results, ARRAY[CAST(%(index)s AS text)], CAST(%(result)s AS jsonb))
+WHERE chord_id = %(chord_id)s AND remaining > 0
+RETURNING remaining, results, callback
+
+-- name: chord_member_failed
+-- Only the first failing member gets the callback back (to enqueue as failed):
+-- the row is gone for the members after it, failing or completing.
+DELETE FROM awa.celery_chords WHERE chord_id = %(chord_id)s
+RETURNING callback
+
+-- name: delete_chord
+DELETE FROM awa.celery_chords WHERE chord_id = %(chord_id)s
+RETURNING chord_id
+
+-- name: celery_jobs_in_states
+-- app.control.inspect(): the jobs of the app's task names in some states.
+SELECT id, kind, queue, state::text AS state, args, metadata, priority, attempt, run_at, attempted_at
+FROM awa.jobs
+WHERE kind = ANY(CAST(%(kinds)s AS text[])) AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+ORDER BY run_at, id
+LIMIT %(limit)s

@@ -98,7 +98,8 @@ class Client:
         return schedule
 
     def on(self, event: str) -> Callable[[F], F]:
-        """Register a lifecycle hook: started, completed, retried, exhausted, cancelled, rescued, snoozed."""
+        """Register a lifecycle hook: started, completed, retried, exhausted, cancelled, rescued, snoozed
+        (subject: the job), ready, shutdown (subject: this client)."""
 
         def decorate(fn: F) -> F:
             self.hooks.add(event, fn)
@@ -125,6 +126,7 @@ class Client:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
         await self.runtime.start()
+        self.hooks.fire("ready", self)
 
     async def _declare_schedules(self) -> None:
         import asyncpg
@@ -139,6 +141,8 @@ class Client:
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, drain for up to ``timeout`` seconds, release what is left."""
         if self.runtime is not None:
+            if self.runtime.started:
+                self.hooks.fire("shutdown", self)
             await self.runtime.shutdown(timeout)
         if self._insert_pool is not None:
             await self._insert_pool.close()

@@ -62,6 +62,7 @@ class JobContext:
     _task: Any = field(default=None, repr=False)
     callback_id: str | None = field(default=None, repr=False)
     _result_json: str | None = field(default=None, repr=False)
+    _on_complete: list[Any] = field(default_factory=list, repr=False)
 
     # -- cancellation ------------------------------------------------------
 
@@ -102,6 +103,13 @@ class JobContext:
         stores nothing. Raises ``ValidationError`` for a value JSON cannot carry.
         """
         self._result_json = None if value is None else canonical_json(value, "result")
+
+    def on_complete(self, effect: Any) -> None:
+        """Run ``effect(conn)`` in the transaction that marks this job completed, after the handler
+        returned (a short transaction on a psycopg connection of the worker's pool): its writes
+        commit exactly when the completion does. Not run when the attempt ends any other way.
+        Unlike ``transactional=True`` no transaction is open while the handler runs."""
+        self._on_complete.append(effect)
 
     def pending_progress(self) -> tuple[str | None, str]:
         """(progress JSON or None, metadata patch JSON) to write with the next guarded update."""

@@ -60,7 +60,11 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
         raise
     except Exception as exc:
         return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-    return outcome_for(ctx, result)
+    outcome = outcome_for(ctx, result)
+    if ctx._on_complete and outcome.state == "completed":
+        await runtime.threads.submit(runtime.loop, complete_with_effects, runtime, ctx, outcome)
+        return None
+    return outcome
 
 
 def outcome_for(ctx: JobContext, result: Any) -> Outcome:
@@ -169,6 +173,36 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
             runtime.completer.submit(ctx, outcome_of_exception(exc, ctx.attempt, ctx.max_attempts))
             return
     runtime.finished(ctx, outcome, True)
+
+
+def complete_with_effects(runtime: Runtime, ctx: JobContext, outcome: Outcome) -> None:
+    """After the handler returned: its completion effects (``job.on_complete``) and the job's
+    completion in ONE short transaction, fenced by run_lease (in a worker thread). Both commit or
+    neither does: a superseded attempt rolls the effects back, a failing effect retries the job."""
+    import psycopg
+
+    from ..drivers import detect_sync
+    from .completer import completion
+
+    try:
+        with runtime.sync_transaction() as conn:
+            for effect in ctx._on_complete:
+                effect(conn)
+            query, params = completion(ctx)
+            if not detect_sync(conn).fetch_all(query, params):
+                raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
+            ctx.mark_flushed()
+    except StaleAttempt:
+        log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
+        runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, False)
+        return
+    except psycopg.OperationalError:
+        raise
+    except Exception as exc:
+        failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+        runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
+        return
+    runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, True)
 
 
 def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:

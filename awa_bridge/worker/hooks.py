@@ -8,7 +8,9 @@ from typing import Any
 
 log = logging.getLogger("awa_bridge.worker")
 
-EVENTS = ("started", "completed", "retried", "exhausted", "cancelled", "rescued", "snoozed")
+# "ready" and "shutdown" are about the worker itself (their subject is the Client): after it has
+# started claiming, and when it begins to shut down.
+EVENTS = ("started", "completed", "retried", "exhausted", "cancelled", "rescued", "snoozed", "ready", "shutdown")
 
 
 class Hooks:

@@ -17,9 +17,14 @@ from datetime import timedelta
 from awa_bridge.celery import Celery
 from awa_bridge.celery.schedules import crontab
 
+from . import monitoring  # noqa: F401  (connects the signal receivers, as a Celery project would)
+
 app = Celery("shop", include=["examples.celery_migration.tasks"])
 app.conf.update(
     timezone="Europe/London",
+    # cookiecutter-django's limits: a task is told at 60 s (SoftTimeLimitExceeded), stopped at 300 s.
+    task_time_limit=5 * 60,
+    task_soft_time_limit=60,
     task_routes={"examples.celery_migration.tasks.send_receipt": {"queue": "email"}},
     beat_schedule={
         "nightly-sales-report": {
