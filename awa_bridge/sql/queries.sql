@@ -80,7 +80,10 @@ INSERT INTO awa.bridge_migrations (name, checksum) VALUES (%(name)s, %(checksum)
 -- Candidates are picked in a CTE (an optimisation fence, so LIMIT holds under
 -- concurrency) with SKIP LOCKED; the UPDATE re-checks state = 'available'.
 -- A paused queue claims nothing. Each claim starts a new attempt with a
--- fresh run_lease (the fencing token) and its own deadline.
+-- fresh run_lease (the fencing token) and its own deadline. It also drops any
+-- callback an earlier attempt registered: while a job runs, its callback_id
+-- can only be one this attempt registered (under this run_lease), so a late
+-- callback of an earlier attempt finds nothing (see complete_external).
 WITH candidates AS (
     SELECT id
     FROM awa.jobs
@@ -97,7 +100,9 @@ SET state = 'running',
     run_lease = j.run_lease + 1,
     attempted_at = now(),
     heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => %(deadline_seconds)s)
+    deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
+    callback_id = NULL,
+    callback_timeout_at = NULL
 FROM candidates
 WHERE j.id = candidates.id AND j.state = 'available'
 RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
@@ -729,6 +734,13 @@ LIMIT %(limit)s
 -- the resolution only while the job still awaits it (waiting_external, or
 -- running when the resolution beats the handler's own return) and the wait
 -- has not expired, and the final SELECT reports what was found.
+-- A callback id belongs to the attempt that registered it: register_callback
+-- is fenced by (id, run_lease), claim_jobs clears the id when the next attempt
+-- starts, and `changed` re-checks the run_lease `target` locked. An attempt
+-- that ended (retryable, failed, rescued, released) leaves its id on a job
+-- that is no longer waiting_external or running, so a late or replayed
+-- callback is refused (CallbackNotWaiting) until the next claim, and finds
+-- nothing (CallbackNotFound) after it; nothing is changed either way.
 -- ---------------------------------------------------------------------------
 
 -- name: register_callback
@@ -740,7 +752,7 @@ RETURNING id
 
 -- name: complete_external
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -749,7 +761,8 @@ WITH target AS (
         callback_timeout_at = NULL,
         metadata = j.metadata || jsonb_build_object('callback_result', CAST(%(payload)s AS jsonb))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 )
 SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
@@ -757,7 +770,7 @@ FROM target LEFT JOIN changed ON true
 
 -- name: fail_external
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -767,7 +780,8 @@ WITH target AS (
         errors = array_append(j.errors, jsonb_build_object(
             'error', CAST(%(error)s AS text), 'type', 'CallbackFailed', 'attempt', j.attempt, 'at', now()))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 )
 SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
@@ -777,7 +791,7 @@ FROM target LEFT JOIN changed ON true
 -- Runs the job again at once; the attempt that waited is spent, so with no
 -- attempts left the job fails instead.
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -789,7 +803,8 @@ WITH target AS (
             'error', 'retry requested through the callback', 'type', 'CallbackRetry',
             'attempt', j.attempt, 'at', now()))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed WHERE state = 'available'
