@@ -19,6 +19,7 @@ from .args import canonical_json, coerce_args
 from .drivers import detect_async, detect_sync
 from .drivers.base import Row
 from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .foreign import UNIQUE_BULK_REFUSAL, check_async, check_sync
 from .sql import QUERIES
 from .types import InsertManyResult, Job, JobState
 from .unique import UniqueOpts, parse_unique, unique_key
@@ -347,13 +348,16 @@ def _bulk_plan(rows: list[tuple[Any, ...]], any_unique: bool) -> Iterator[tuple[
     Without unique keys rows are COPYed straight into ``awa.jobs``. With them
     they go through a temporary staging table and ``INSERT ... ON CONFLICT DO
     NOTHING``, which skips duplicates (against the table and within the batch).
+    That needs our schema: on one awa-pg migrated the guard refuses the call
+    (``ForeignSchema``) with one read, before anything is written.
     """
     if not any_unique:
         yield "copy", "awa.jobs"
         return
+    yield "guard", UNIQUE_BULK_REFUSAL
     yield "query", "create_insert_stage"
     yield "query", "clear_insert_stage"
-    yield "copy", "awa_insert_stage"
+    yield "copy", "pg_temp.awa_insert_stage"
     yield "count", "insert_from_stage"
     yield "query", "clear_insert_stage"
 
@@ -372,6 +376,8 @@ def insert_many_sync(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertManyR
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":
             driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "guard":
+            check_sync(driver, target)
         elif step == "count":
             inserted = int(driver.fetch_all(QUERIES[target])[0]["inserted"])
         else:
@@ -389,6 +395,8 @@ async def insert_many(conn: Any, jobs: Iterable[Any], **opts: Any) -> InsertMany
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":
             await driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "guard":
+            await check_async(driver, target)
         elif step == "count":
             inserted = int((await driver.fetch_all(QUERIES[target]))[0]["inserted"])
         else:

@@ -25,6 +25,8 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast, Left
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -40,6 +42,10 @@ from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 from .models import STATE_CHOICES, CronJob, Job, QueueMeta
+
+#: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
+ARGS_PREVIEW_CHARS = 80
+_LIST_COLUMNS = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
 
 FILTER_CHOICES_LIMIT = 500
 
@@ -170,7 +176,18 @@ class ReadOnlyModelAdmin(admin.ModelAdmin):
 @admin.register(Job)
 class JobAdmin(ReadOnlyModelAdmin):
     deletable = True  # guarded by Django's delete permission, through awa_bridge.admin.delete_job
-    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "created_at", "age")
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "state_label",
+        "priority",
+        "attempts",
+        "run_at",
+        "created_at",
+        "age",
+        "args_preview",
+    )
     list_display_links = ("id", "kind")
     list_filter = (StateFilter, QueueFilter, KindFilter)
     search_fields = ("kind",)  # replaced by get_search_results: id, exact kind, or args:TEXT
@@ -225,6 +242,26 @@ class JobAdmin(ReadOnlyModelAdmin):
         return request.user.has_perm("awa_django.run_job_now")
 
     # -- list columns ------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """On the list page, only the listed columns and the first characters of the args.
+
+        A page of jobs with 10 MB args must not load them: the big JSON
+        columns are deferred and the args preview is cut in SQL.
+        """
+        queryset = super().get_queryset(request)
+        match = getattr(request, "resolver_match", None)
+        if match is None or match.url_name != "awa_django_job_changelist":
+            return queryset
+        preview = Left(Cast("args", output_field=TextField()), ARGS_PREVIEW_CHARS + 1)
+        return queryset.only(*_LIST_COLUMNS).annotate(args_head=preview)
+
+    @admin.display(description="args")
+    def args_preview(self, job: Job) -> str:
+        head = getattr(job, "args_head", None)
+        if head is None:
+            return "-"
+        return head if len(head) <= ARGS_PREVIEW_CHARS else head[:ARGS_PREVIEW_CHARS] + "…"
 
     @admin.display(description="state", ordering="state")
     def state_label(self, job: Job) -> str:

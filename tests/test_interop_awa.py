@@ -397,3 +397,50 @@ def test_kind_derivation_of_non_ascii_class_names() -> None:
     ]:
         assert awa.derive_kind(name) == kind
         assert awa_bridge.args.derive_kind(name) == kind
+
+
+# -- what cannot work on awa-pg's storage is refused up front -------------------
+
+
+def test_our_worker_refuses_to_start_on_an_awa_pg_database(awa_db: AwaDatabase) -> None:
+    import os
+
+    env = {**os.environ, "DATABASE_URL": awa_db.url}
+    cli = subprocess.run(
+        [sys.executable, "-m", "awa_bridge", "worker", "tests.worker_app:client", "--queue", "default"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert cli.returncode == 2, cli
+    assert cli.stderr.strip().count("\n") == 0, cli.stderr  # one line
+    assert "awa-pg" in cli.stderr and "worker" in cli.stderr, cli.stderr
+
+
+@pytest.mark.parametrize("flavour", ["psycopg", "asyncpg"])
+async def test_unique_bulk_insert_is_refused_on_awa_pg_and_the_transaction_stays_usable(
+    awa_db: AwaDatabase, flavour: str
+) -> None:
+    jobs = [{"n": 1}, {"n": 1}, {"n": 2}]
+    if flavour == "psycopg":
+        with psycopg.connect(awa_db.url) as conn:
+            with pytest.raises(awa_bridge.ForeignSchema, match="insert_many"):
+                awa_bridge.insert_many_sync(conn, jobs, kind="bulk_unique", unique=True)
+            assert awa_bridge.insert_many_sync(conn, jobs, kind="bulk_plain").inserted == 3
+            insert_job_sync(conn, {"n": 1}, kind="bulk_unique", unique=True)
+            conn.commit()
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(awa_db.url)
+        try:
+            async with conn.transaction():
+                with pytest.raises(awa_bridge.ForeignSchema, match="insert_many"):
+                    await awa_bridge.insert_many(conn, jobs, kind="bulk_unique", unique=True)
+                await insert_job(conn, {"n": 1}, kind="bulk_unique", unique=True)
+        finally:
+            await conn.close()
+    with psycopg.connect(awa_db.url, autocommit=True) as conn:
+        kinds = dict(conn.execute("SELECT kind, count(*) FROM awa.jobs GROUP BY kind").fetchall())
+    assert kinds.get("bulk_unique") == 1

@@ -25,7 +25,10 @@ FROM awa.insert_job_compat(
 
 -- name: create_insert_stage
 -- Bulk inserts COPY into this per-session staging table first when some rows
--- carry unique keys, so duplicates can be skipped with ON CONFLICT.
+-- carry unique keys, so duplicates can be skipped with ON CONFLICT. Every
+-- statement names it pg_temp.awa_insert_stage: unqualified, a search_path
+-- that lists pg_temp after a schema holding a table of the same name would
+-- send the rows (and the DELETE) there.
 CREATE TEMP TABLE IF NOT EXISTS awa_insert_stage (
     kind text, queue text, args jsonb, state awa.job_state, priority smallint,
     max_attempts smallint, run_at timestamptz, metadata jsonb, tags text[],
@@ -33,7 +36,7 @@ CREATE TEMP TABLE IF NOT EXISTS awa_insert_stage (
 )
 
 -- name: clear_insert_stage
-DELETE FROM awa_insert_stage
+DELETE FROM pg_temp.awa_insert_stage
 
 -- name: insert_from_stage
 WITH inserted AS (
@@ -41,7 +44,7 @@ WITH inserted AS (
                           metadata, tags, unique_key, unique_states)
     SELECT kind, queue, args, state, priority, max_attempts, run_at,
            metadata, tags, unique_key, CAST(unique_states AS bit(8))
-    FROM awa_insert_stage
+    FROM pg_temp.awa_insert_stage
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -54,6 +57,14 @@ SELECT pg_advisory_xact_lock(7235104991187720551)
 -- name: awa_schema_version_rows
 -- Rows of the real Awa's own ledger; present only on a database it migrated.
 SELECT count(*) AS n FROM awa.schema_version
+
+-- name: awa_pg_schema
+-- True on a database the real Awa (awa-pg) migrated: its storage (awa.jobs a
+-- view over its own tables, no awa.unique_key_holder) is not ours, so the
+-- worker, the unique bulk insert and the Django admin refuse it up front
+-- rather than failing statement by statement. Our migrations never create
+-- awa.schema_version.
+SELECT to_regclass('awa.schema_version') IS NOT NULL AS present
 
 -- name: relation_exists
 SELECT to_regclass(%(name)s) IS NOT NULL AS present
