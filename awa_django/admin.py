@@ -16,6 +16,7 @@ or queue), and every state filter is served by an index
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -29,13 +30,13 @@ from django.db.models import TextField
 from django.db.models.functions import Cast, Left
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from awa_bridge import AwaError
+from awa_bridge import AwaError, ForeignSchema, foreign
 from awa_bridge import admin as ops
 from awa_bridge import cron as cron_ops
 from awa_bridge.drivers import detect_sync
@@ -171,6 +172,31 @@ class ReadOnlyModelAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.deletable and super().has_delete_permission(request, obj)
+
+    @property
+    def urls(self) -> list[Any]:
+        """Every page and action of this model, refused with a clear answer on an awa-pg database."""
+        return [_refusing_awa_pg(pattern, self) for pattern in self.get_urls()]
+
+
+def _refusing_awa_pg(pattern: Any, model_admin: admin.ModelAdmin) -> Any:
+    """``pattern`` whose view answers 501 with a one-line reason when the jobs live in awa-pg's storage.
+
+    awa-pg keeps its jobs behind a view over its own tables and has none of
+    awa_bridge's helper functions, so the pages and actions here would fail
+    with a traceback; one cheap read (``awa_pg_schema``) per request says so.
+    """
+    view = pattern.callback
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            foreign.check_sync(detect_sync(connections[model_admin.model.objects.db]), foreign.ADMIN_REFUSAL)
+        except ForeignSchema as exc:
+            return HttpResponse(f"{exc}\n", status=501, content_type="text/plain; charset=utf-8")
+        return view(request, *args, **kwargs)
+
+    return URLPattern(pattern.pattern, guarded, pattern.default_args, pattern.name)
 
 
 @admin.register(Job)

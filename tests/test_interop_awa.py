@@ -444,3 +444,83 @@ async def test_unique_bulk_insert_is_refused_on_awa_pg_and_the_transaction_stays
     with psycopg.connect(awa_db.url, autocommit=True) as conn:
         kinds = dict(conn.execute("SELECT kind, count(*) FROM awa.jobs GROUP BY kind").fetchall())
     assert kinds.get("bulk_unique") == 1
+
+
+def test_django_awa_worker_refuses_to_start_on_an_awa_pg_database(awa_db: AwaDatabase) -> None:
+    import os
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "AWA_TEST_DATABASE_URL": awa_db.url, "PYTHONPATH": str(repo)}
+    cli = subprocess.run(
+        [sys.executable, "-m", "django", "awa_worker", "--settings", "tests.django.project.settings"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=repo,
+    )
+    assert cli.returncode == 1, cli
+    assert "awa-pg" in cli.stderr and "worker" in cli.stderr, cli.stderr
+    assert "Traceback" not in cli.stderr, cli.stderr
+
+
+_ADMIN_ON_AWA_PG = """
+import sys
+import django
+from django.conf import settings
+
+settings.configure(
+    DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": sys.argv[1], "USER": "postgres",
+                           "HOST": sys.argv[2], "PORT": sys.argv[3]}},
+    INSTALLED_APPS=["django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes",
+                    "django.contrib.sessions", "django.contrib.messages", "awa_django"],
+    ROOT_URLCONF="tests.django.project.urls", SECRET_KEY="x", USE_TZ=True,
+)
+django.setup()
+from django.test import RequestFactory
+from django.urls import resolve
+
+class Operator:
+    is_active = is_staff = is_superuser = is_authenticated = True
+    pk = id = 1
+    def has_perm(self, perm, obj=None): return True
+    def has_perms(self, perms, obj=None): return True
+    def has_module_perms(self, app): return True
+    def get_username(self): return "op"
+
+for method, path in [
+    ("get", "/admin/awa_django/job/"),
+    ("get", "/admin/awa_django/job/1/change/"),
+    ("post", "/admin/awa_django/job/1/do/retry/"),
+    ("get", "/admin/awa_django/queuemeta/"),
+    ("post", "/admin/awa_django/queuemeta/do/pause/default/"),
+    ("get", "/admin/awa_django/cronjob/"),
+]:
+    request = getattr(RequestFactory(), method)(path)
+    request.user = Operator()
+    request._dont_enforce_csrf_checks = True
+    match = resolve(path)
+    response = match.func(request, *match.args, **match.kwargs)
+    print(method, path, response.status_code, response.content.decode().strip())
+"""
+
+
+def test_django_admin_says_awa_pg_storage_is_not_supported(awa_db: AwaDatabase) -> None:
+    from pathlib import Path
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(awa_db.url)
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", _ADMIN_ON_AWA_PG, parts.path.lstrip("/"), parts.hostname or "", str(parts.port or 5432)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=repo,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 6, out.stdout
+    for line in lines:
+        assert " 501 " in line and "awa-pg" in line and "supports only" in line, line
