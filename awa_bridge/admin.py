@@ -41,7 +41,16 @@ from typing import Any, TypeVar
 from .args import canonical_json, coerce_args
 from .drivers import detect_async, detect_sync
 from .enqueue import row_to_job
-from .errors import InvalidState, JobNotFound, UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .errors import (
+    ForeignSchema,
+    InvalidState,
+    JobNotFound,
+    UniqueConflict,
+    ValidationError,
+    constraint_of,
+    sqlstate_of,
+)
+from .foreign import AWA_PG_QUEUE_STORAGE
 from .sql import QUERIES
 from .types import Job, JobState
 from .unique import UniqueOpts, unique_key
@@ -122,12 +131,16 @@ class _Op:
 
 
 def _translate(exc: Exception, op: _Op) -> Exception | None:
-    if sqlstate_of(exc) == "23505":
+    state = sqlstate_of(exc)
+    if state == "23505":
         return UniqueConflict(
             op.unique_key,
             constraint_of(exc),
             "the job would duplicate a unique key another job holds; nothing was changed",
         )
+    if state == "0A000" and "queue_storage" in str(exc):
+        # awa-pg's queue storage refuses writes through its awa.jobs view.
+        return ForeignSchema(f"{AWA_PG_QUEUE_STORAGE}; nothing was changed")
     return None
 
 

@@ -26,6 +26,10 @@ UNIQUE_BULK_REFUSAL = (
     "insert_many(unique=True) cannot skip duplicates on a database migrated by the real Awa (awa-pg); "
     "insert unique jobs one by one with insert_job (a duplicate raises UniqueConflict) or without unique"
 )
+AWA_PG_QUEUE_STORAGE = (
+    "this database runs awa-pg's queue storage, which takes job changes only through awa-pg's own "
+    "admin and runtime APIs: awa_bridge's admin operations are not supported on it"
+)
 ADMIN_REFUSAL = (
     "this database was migrated by the real Awa (awa-pg); the awa_django admin supports only "
     "awa_bridge's schema: use awa-pg's own tools for this database"

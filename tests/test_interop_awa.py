@@ -524,3 +524,34 @@ def test_django_admin_says_awa_pg_storage_is_not_supported(awa_db: AwaDatabase) 
     assert len(lines) == 6, out.stdout
     for line in lines:
         assert " 501 " in line and "awa-pg" in line and "supports only" in line, line
+
+
+async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_supported(awa_db: AwaDatabase) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    # awa-pg's worker switches the database to its queue storage when it starts.
+    client = awa.AsyncClient(awa_db.awa_url)
+
+    @client.task("noop", queue="storage")
+    async def noop(job: Any) -> None:
+        return None
+
+    await client.start([("storage", 1)], poll_interval_ms=50)
+    await client.shutdown()
+    await client.close()
+    with psycopg.connect(awa_db.url) as conn:
+        job = insert_job_sync(conn, {"n": 1}, kind="later", run_at=datetime.now(UTC) + timedelta(hours=1))
+        conn.commit()
+    cli = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "awa_bridge", "jobs", "run-now", str(job.id), "--database-url", awa_db.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 2, cli
+    assert "Traceback" not in cli.stderr and "not supported" in cli.stderr, cli.stderr
+    with pytest.raises(awa_bridge.ForeignSchema, match="queue storage"):
+        awa_bridge.admin.run_now(awa_db.url, job.id)
+    with psycopg.connect(awa_db.url, autocommit=True) as conn:
+        assert conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job.id,)).fetchone()[0] == "scheduled"
