@@ -179,7 +179,7 @@ class ReadOnlyModelAdmin(admin.ModelAdmin):
         return [_refusing_awa_pg(pattern, self) for pattern in self.get_urls()]
 
 
-def _refusing_awa_pg(pattern: Any, model_admin: admin.ModelAdmin) -> Any:
+def _refusing_awa_pg(pattern: Any, model_admin: admin.ModelAdmin[Any]) -> Any:
     """``pattern`` whose view answers 501 with a one-line reason when the jobs live in awa-pg's storage.
 
     awa-pg keeps its jobs behind a view over its own tables and has none of
@@ -285,7 +285,7 @@ class JobAdmin(ReadOnlyModelAdmin):
     @admin.display(description="args")
     def args_preview(self, job: Job) -> str:
         head = getattr(job, "args_head", None)
-        if head is None:
+        if not isinstance(head, str):
             return "-"
         return head if len(head) <= ARGS_PREVIEW_CHARS else head[:ARGS_PREVIEW_CHARS] + "…"
 
