@@ -14,9 +14,9 @@ here never strands in ``running`` there: integers in the signed 64-bit range
 finite floats of magnitude at most ``MAX_FLOAT`` (awa-pg cannot read back
 the largest doubles, ``1.7976931348623157e308``), and at most ``MAX_DEPTH``
 levels of nested lists and dicts, the top-level object counting as one
-(measured against awa-pg 0.6.9's worker: it reads 126 levels, fails a job of
-127 and strands deeper ones in ``running``; a report against it saw failures
-from 64 levels on, so the limit stays at that proven-safe depth).
+(probed against awa-pg 0.6.9's worker: it read jobs nested 126 levels deep,
+while jobs of 127 or 128 levels failed or stayed stuck; a report against it
+saw failures from 64 levels on, so the limit stays at 64).
 A structure that contains itself is refused by the same depth check.
 """
 
