@@ -40,11 +40,21 @@ from typing import Any, TypeVar
 
 from .args import canonical_json, coerce_args
 from .drivers import detect_async, detect_sync
-from .enqueue import MAX_NAME_LENGTH, row_to_job
-from .errors import InvalidState, JobNotFound, UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .enqueue import row_to_job
+from .errors import (
+    ForeignSchema,
+    InvalidState,
+    JobNotFound,
+    UniqueConflict,
+    ValidationError,
+    constraint_of,
+    sqlstate_of,
+)
+from .foreign import AWA_PG_QUEUE_STORAGE
 from .sql import QUERIES
 from .types import Job, JobState
 from .unique import UniqueOpts, unique_key
+from .validation import check_name
 
 __all__ = [
     "CANCELLABLE_STATES",
@@ -121,12 +131,16 @@ class _Op:
 
 
 def _translate(exc: Exception, op: _Op) -> Exception | None:
-    if sqlstate_of(exc) == "23505":
+    state = sqlstate_of(exc)
+    if state == "23505":
         return UniqueConflict(
             op.unique_key,
             constraint_of(exc),
             "the job would duplicate a unique key another job holds; nothing was changed",
         )
+    if state == "0A000" and "queue_storage" in str(exc):
+        # awa-pg's queue storage refuses writes through its awa.jobs view.
+        return ForeignSchema(f"{AWA_PG_QUEUE_STORAGE}; nothing was changed")
     return None
 
 
@@ -176,8 +190,7 @@ async def _run_async(conn_or_url: Any, op: _Op) -> Any:
 def _check_name(field: str, value: Any, optional: bool = False) -> None:
     if value is None and optional:
         return
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME_LENGTH or "\x00" in value:
-        raise ValidationError(field, f"must be a name of 1 to {MAX_NAME_LENGTH} characters, got {value!r}")
+    check_name(field, value)
 
 
 def _check_queue(queue: str) -> None:

@@ -4,10 +4,20 @@ Every driver goes through these functions, so validation and the bytes that
 are hashed into unique keys are computed in exactly one place.
 
 Canonical JSON is what Rust's ``serde_json`` writes for the same value (the
-bytes awa-pg hashes): sorted keys, no spaces, UTF-8 unescaped, integers
-outside the signed 64-bit range written as floats, and floats as Python's
-``repr`` except that magnitudes in [1e-5, 1e-4) are plain decimals and
-negative exponents carry no zero padding.
+bytes awa-pg hashes): sorted keys, no spaces, UTF-8 unescaped, and floats as
+Python's ``repr`` except that magnitudes in [1e-5, 1e-4) are plain decimals
+and negative exponents carry no zero padding.
+
+Only values awa-pg 0.6.9's worker can decode are accepted, so a job enqueued
+here never strands in ``running`` there: integers in the signed 64-bit range
+(larger ones are refused, not rounded to floats: send them as strings),
+finite floats of magnitude at most ``MAX_FLOAT`` (awa-pg cannot read back
+the largest doubles, ``1.7976931348623157e308``), and at most ``MAX_DEPTH``
+levels of nested lists and dicts, the top-level object counting as one
+(probed against awa-pg 0.6.9's worker: it read jobs nested 126 levels deep,
+while jobs of 127 or 128 levels failed or stayed stuck; a report against it
+saw failures from 64 levels on, so the limit stays at 64).
+A structure that contains itself is refused by the same depth check.
 """
 
 from __future__ import annotations
@@ -16,7 +26,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,14 +33,38 @@ from .errors import ValidationError
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
+MAX_FLOAT = 1e308
+MAX_DEPTH = 64
 
-_KIND_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_ASCII_DIGITS = frozenset("0123456789")
 
 
 @functools.lru_cache(maxsize=1024)
 def derive_kind(class_name: str) -> str:
-    """Snake-case a class name the way awa does (``SMTPEmail`` → ``smtp_email``)."""
-    return _KIND_BOUNDARY.sub("_", class_name).lower()
+    """Snake-case a class name exactly as awa-pg does (``SMTPEmail`` → ``smtp_email``).
+
+    Character by character, with Unicode's Uppercase / Lowercase properties
+    (so ``CaféOrder`` → ``café_order``): an uppercase character becomes the
+    first character of its lowercase mapping, preceded by ``_`` when the
+    character before it is lowercase or an ASCII digit, or is uppercase and
+    the one after it lowercase. Anything else is kept as it is.
+    """
+    out: list[str] = []
+    last = len(class_name) - 1
+    for index, char in enumerate(class_name):
+        if not char.isupper():
+            out.append(char)
+            continue
+        if index > 0:
+            prev = class_name[index - 1]
+            if (
+                prev.islower()
+                or prev in _ASCII_DIGITS
+                or (prev.isupper() and index < last and class_name[index + 1].islower())
+            ):
+                out.append("_")
+        out.append(char.lower()[0])
+    return "".join(out)
 
 
 # Field values that ``dataclasses.asdict`` would return unchanged (it deep-copies
@@ -56,12 +89,12 @@ def coerce_args(args: Any) -> tuple[Any, str | None]:
         for value in data.values():
             if type(value) not in _FLAT_TYPES:
                 # Nested dataclasses, lists, dicts ...: asdict converts and copies them.
-                data = dataclasses.asdict(args)
+                data = _converted(dataclasses.asdict, args)
                 break
         return data, derive_kind(cls.__name__)
     model_dump = getattr(args, "model_dump", None)
     if callable(model_dump) and not isinstance(args, type):
-        return model_dump(mode="json"), derive_kind(type(args).__name__)
+        return _converted(lambda value: model_dump(mode="json"), args), derive_kind(type(args).__name__)
     if isinstance(args, Mapping):
         return dict(args), None
     raise TypeError(
@@ -70,14 +103,25 @@ def coerce_args(args: Any) -> tuple[Any, str | None]:
     )
 
 
+def _converted(convert: Any, args: Any) -> Any:
+    """``convert(args)``, with a cyclic or absurdly deep object refused as bad args."""
+    try:
+        return convert(args)
+    except RecursionError:
+        raise ValidationError(
+            "args", f"a {type(args).__name__} that contains itself (or is nested thousands deep) is not JSON"
+        ) from None
+
+
 def canonical_json(value: Any, field: str = "args") -> str:
     """Validate ``value`` and return its canonical JSON text.
 
     Raises ``ValidationError`` naming the path of the first offending value:
-    a NUL character in a string or key, a non-string key, a value JSON cannot
-    carry, or a non-finite float.
+    a NUL character or lone surrogate in a string or key, a non-string key, a
+    value JSON cannot carry, a number awa-pg cannot read (see the module
+    docstring), or nesting deeper than ``MAX_DEPTH``.
     """
-    if _check(value, field):
+    if _check(value, field, 1):
         # Some number needs serde_json's spelling; build the text by hand.
         return "".join(_encode(value))
     return _ENCODER.encode(value)
@@ -101,10 +145,11 @@ def _str_ok(text: str) -> bool:
     return True
 
 
-def _check(value: Any, path: str) -> bool:
+def _check(value: Any, path: str, depth: int) -> bool:
     """Validate recursively; return True when a number needs special spelling.
 
-    Plain strings, in-range integers, booleans and None inside containers are
+    ``depth`` is the nesting level of ``value`` (1 for the top). Plain
+    strings, in-range integers, booleans and None inside containers are
     checked inline, so the path of a child is only spelled out when it is
     needed (for an error, or to descend into it).
     """
@@ -114,11 +159,16 @@ def _check(value: Any, path: str) -> bool:
         _check_str(value, path)
         return False
     if isinstance(value, int):
-        return not (_I64_MIN <= value <= _I64_MAX)
+        _check_i64(value, path)
+        return False
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValidationError(path, f"{value!r} is not a finite number and JSON cannot carry it")
+        if not math.isfinite(value) or abs(value) > MAX_FLOAT:
+            raise ValidationError(
+                path, f"{value!r} is out of range: numbers must be finite and at most {MAX_FLOAT:g} in magnitude"
+            )
         return value != 0.0 and abs(value) < 1e-4
+    if isinstance(value, (dict, list, tuple)) and depth > MAX_DEPTH:
+        raise ValidationError(path, f"is nested deeper than {MAX_DEPTH} levels of lists and dicts (or contains itself)")
     special = False
     if isinstance(value, dict):
         for key, item in value.items():
@@ -131,9 +181,10 @@ def _check(value: Any, path: str) -> bool:
                 if not _str_ok(item):
                     _check_str(item, f"{path}.{key}")
             elif kind is int:
-                special |= not (_I64_MIN <= item <= _I64_MAX)
+                if not _I64_MIN <= item <= _I64_MAX:
+                    _check_i64(item, f"{path}.{key}")
             elif item is not None and kind is not bool:
-                special |= _check(item, f"{path}.{key}")
+                special |= _check(item, f"{path}.{key}", depth + 1)
         return special
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
@@ -142,9 +193,10 @@ def _check(value: Any, path: str) -> bool:
                 if not _str_ok(item):
                     _check_str(item, f"{path}[{index}]")
             elif kind is int:
-                special |= not (_I64_MIN <= item <= _I64_MAX)
+                if not _I64_MIN <= item <= _I64_MAX:
+                    _check_i64(item, f"{path}[{index}]")
             elif item is not None and kind is not bool:
-                special |= _check(item, f"{path}[{index}]")
+                special |= _check(item, f"{path}[{index}]", depth + 1)
         return special
     raise ValidationError(
         path,
@@ -152,6 +204,15 @@ def _check(value: Any, path: str) -> bool:
         "(use str, int, float, bool, None, list or dict; convert dates, UUIDs and "
         "decimals to strings, or use a pydantic model)",
     )
+
+
+def _check_i64(value: int, path: str) -> None:
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise ValidationError(
+            path,
+            "is outside the signed 64-bit range (-2**63 to 2**63-1) that awa-pg reads exactly; "
+            "send larger integers as strings",
+        )
 
 
 def _check_str(text: str, path: str) -> None:
@@ -188,7 +249,7 @@ def _encode(value: Any) -> Any:
     elif isinstance(value, str):
         yield json.dumps(value, ensure_ascii=False)
     elif isinstance(value, int):
-        yield str(value) if _I64_MIN <= value <= _I64_MAX else format_float(float(value))
+        yield str(value)
     elif isinstance(value, float):
         yield format_float(value)
     elif isinstance(value, dict):

@@ -20,7 +20,13 @@ maintenance leader: the attempt is spent and the job retried or failed.
 For HTTP receivers, ``sign_callback`` / ``verify_callback`` implement Awa's
 signature scheme (a BLAKE3 keyed hash of the callback id, compared in
 constant time), so a receiver built here accepts the signatures Awa's own
-workers send and vice versa.
+workers send and vice versa. ``sign_request`` / ``verify_request`` are an
+opt-in stronger scheme that also covers the action, a timestamp and the body.
+
+A callback id is valid only for the attempt that registered it: once that
+attempt ends (fails, is retried, rescued or released) its id is refused, and
+after the next attempt starts it is unknown (see ``complete_external`` in
+awa_bridge/sql/queries.sql).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import blake3
 from .admin import _Op, _run, _run_async
 from .args import canonical_json
 from .errors import CallbackNotFound, CallbackNotWaiting, ValidationError
+from .validation import check_text
 
 SIGNATURE_HEADER = "X-Awa-Signature"
 DEFAULT_PATH_PREFIX = "/api/callbacks"
@@ -84,8 +91,9 @@ def _complete_op(callback_id: Any, payload: Any) -> _Op:
 
 
 def _fail_op(callback_id: Any, error: Any) -> _Op:
-    if not isinstance(error, str) or not error or "\x00" in error:
-        raise ValidationError("error", f"must be a non-empty message without NUL characters, got {error!r}")
+    if not isinstance(error, str) or not error:
+        raise ValidationError("error", f"must be a non-empty message, got {error!r}")
+    check_text("error", error)
     return _resolution("fail_external", callback_id, {"error": error})
 
 
@@ -137,6 +145,31 @@ def sign_callback(secret: bytes, callback_id: str) -> str:
 def verify_callback(secret: bytes, callback_id: str, signature: str) -> bool:
     """Constant-time check of a signature from the ``X-Awa-Signature`` header."""
     expected = sign_callback(secret, callback_id)
+    return hmac.compare_digest(expected.encode("ascii"), str(signature).strip().lower().encode("ascii", "replace"))
+
+
+def sign_request(secret: bytes, callback_id: str, action: str, timestamp: int, body: bytes) -> str:
+    """The opt-in request signature: BLAKE3 keyed over id, action, timestamp and body.
+
+    The signed message is ``awa-callback-v1\n{callback_id}\n{action}\n{timestamp}\n``
+    followed by the exact body bytes, so a captured request can be neither
+    replayed as another action or body nor, past the receiver's ``max_age``,
+    at all. Send it in ``X-Awa-Signature`` with the timestamp (Unix seconds)
+    in ``X-Awa-Timestamp``.
+    """
+    if action not in ("complete", "fail", "retry"):
+        raise ValidationError("action", f"must be complete, fail or retry, got {action!r}")
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+        raise ValidationError("timestamp", f"must be Unix seconds (a non-negative integer), got {timestamp!r}")
+    if not isinstance(body, (bytes, bytearray)):
+        raise ValidationError("body", f"must be the exact body bytes, got {type(body).__name__}")
+    head = f"awa-callback-v1\n{callback_id}\n{action}\n{timestamp}\n".encode()
+    return blake3.blake3(head + bytes(body), key=_check_secret(secret)).hexdigest()
+
+
+def verify_request(secret: bytes, callback_id: str, action: str, timestamp: int, body: bytes, signature: str) -> bool:
+    """Constant-time check of a ``sign_request`` signature (the timestamp's age is the caller's to check)."""
+    expected = sign_request(secret, callback_id, action, timestamp, body)
     return hmac.compare_digest(expected.encode("ascii"), str(signature).strip().lower().encode("ascii", "replace"))
 
 

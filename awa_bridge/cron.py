@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from .enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_NAME_LENGTH, prepare_job
+from .enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, prepare_job
 from .errors import AwaError, ValidationError
 from .sql import QUERIES
 from .types import Job
+from .validation import check_name
 
 MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
 #: ``catch_up`` enqueues at most this many missed fires per schedule per
@@ -221,7 +222,7 @@ class PeriodicJob:
     _prepared: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_schedule_name(self.name)
+        check_name("name", self.name)
         if self.missed_fire_policy not in MISSED_FIRE_POLICIES:
             raise ValidationError(
                 "missed_fire_policy",
@@ -265,15 +266,6 @@ class PeriodicJob:
 
     def next_fire_time(self, after: datetime | None = None) -> datetime:
         return next_fire_time(self.cron_expr, self.timezone, after or datetime.now(UTC))
-
-
-def _check_schedule_name(name: Any) -> None:
-    if not isinstance(name, str) or not name:
-        raise ValidationError("name", f"must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValidationError("name", f"is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
-    if "\x00" in name:
-        raise ValidationError("name", "contains a NUL character")
 
 
 def _unique_by_name(schedules: Iterable[PeriodicJob]) -> list[PeriodicJob]:

@@ -20,11 +20,12 @@ from .conntypes import AsyncConnection, SyncConnection
 from .drivers import detect_async, detect_sync, is_async_connection
 from .drivers.base import AsyncDriver, Row, SyncDriver
 from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .foreign import UNIQUE_BULK_REFUSAL, check_async, check_sync
 from .sql import QUERIES
 from .types import InsertManyResult, Job, JobState
 from .unique import UniqueOpts, parse_unique, unique_key
+from .validation import check_int, check_name, check_text, check_timestamp
 
-MAX_NAME_LENGTH = 200
 MAX_TAGS = 20
 PRIORITY_RANGE = (1, 4)
 MAX_ATTEMPTS_RANGE = (1, 1000)
@@ -123,10 +124,10 @@ def prepare_job(
         if derived_kind is None:
             raise ValidationError("kind", "dict args need an explicit kind= (for example kind='send_email')")
         kind = derived_kind
-    _check_name("kind", kind)
-    _check_name("queue", queue)
-    _check_int("priority", priority, PRIORITY_RANGE)
-    _check_int("max_attempts", max_attempts, MAX_ATTEMPTS_RANGE)
+    check_name("kind", kind)
+    check_name("queue", queue)
+    check_int("priority", priority, *PRIORITY_RANGE)
+    check_int("max_attempts", max_attempts, *MAX_ATTEMPTS_RANGE)
     args_json = canonical_json(data, "args")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", f"must be a dict, got {type(metadata).__name__}")
@@ -150,25 +151,6 @@ def prepare_job(
     )
 
 
-def _check_name(field: str, value: Any) -> None:
-    if not isinstance(value, str):
-        raise ValidationError(field, f"must be a string, got {type(value).__name__}")
-    if not value:
-        raise ValidationError(field, "must not be empty")
-    if len(value) > MAX_NAME_LENGTH:
-        raise ValidationError(field, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
-    if "\x00" in value:
-        raise ValidationError(field, "contains a NUL character")
-
-
-def _check_int(field: str, value: Any, bounds: tuple[int, int]) -> None:
-    low, high = bounds
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(field, f"must be an integer between {low} and {high}, got {value!r}")
-    if not low <= value <= high:
-        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
-
-
 def _check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
     if tags is None:
         return ()
@@ -178,10 +160,7 @@ def _check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
     if len(result) > MAX_TAGS:
         raise ValidationError("tags", f"has {len(result)} tags; the limit is {MAX_TAGS}")
     for index, tag in enumerate(result):
-        if not isinstance(tag, str):
-            raise ValidationError(f"tags[{index}]", f"must be a string, got {type(tag).__name__}")
-        if "\x00" in tag:
-            raise ValidationError(f"tags[{index}]", "contains a NUL character")
+        check_text(f"tags[{index}]", tag)
     return result
 
 
@@ -195,14 +174,14 @@ def _normalize_run_at(run_at: datetime | str | None) -> datetime | None:
             raise ValidationError("run_at", f"{run_at!r} is not an ISO 8601 date-time") from None
     if not isinstance(run_at, datetime):
         raise ValidationError("run_at", f"must be a datetime or an ISO 8601 string, got {type(run_at).__name__}")
-    return run_at if run_at.tzinfo is not None else run_at.replace(tzinfo=UTC)
+    return check_timestamp("run_at", run_at)
 
 
 def _normalize_ordering_key(key: bytes | str | None) -> bytes | None:
     if key is None:
         return None
     if isinstance(key, str):
-        return key.encode("utf-8")
+        return check_text("ordering_key", key).encode("utf-8")
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key)
     raise ValidationError("ordering_key", f"must be bytes or str, got {type(key).__name__}")
@@ -383,13 +362,16 @@ def _bulk_plan(rows: list[tuple[Any, ...]], any_unique: bool) -> Iterator[tuple[
     Without unique keys rows are COPYed straight into ``awa.jobs``. With them
     they go through a temporary staging table and ``INSERT ... ON CONFLICT DO
     NOTHING``, which skips duplicates (against the table and within the batch).
+    That needs our schema: on one awa-pg migrated the guard refuses the call
+    (``ForeignSchema``) with one read, before anything is written.
     """
     if not any_unique:
         yield "copy", "awa.jobs"
         return
+    yield "guard", UNIQUE_BULK_REFUSAL
     yield "query", "create_insert_stage"
     yield "query", "clear_insert_stage"
-    yield "copy", "awa_insert_stage"
+    yield "copy", "pg_temp.awa_insert_stage"
     yield "count", "insert_from_stage"
     yield "query", "clear_insert_stage"
 
@@ -428,6 +410,8 @@ def _insert_many_on(driver: SyncDriver, rows: list[tuple[Any, ...]], any_unique:
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":
             driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "guard":
+            check_sync(driver, target)
         elif step == "count":
             inserted = int(driver.fetch_all(QUERIES[target])[0]["inserted"])
         else:
@@ -442,6 +426,8 @@ async def _insert_many_async(driver: AsyncDriver, rows: list[tuple[Any, ...]], a
     for step, target in _bulk_plan(rows, any_unique):
         if step == "copy":
             await driver.copy_rows(target, _COPY_COLUMNS, rows)
+        elif step == "guard":
+            await check_async(driver, target)
         elif step == "count":
             inserted = int((await driver.fetch_all(QUERIES[target]))[0]["inserted"])
         else:

@@ -57,6 +57,7 @@ from .args import canonical_json
 from .drivers import detect_async, detect_sync
 from .errors import AwaError, OutcomeUnknown, ReceiptConflict, ReceiptNotFound, ReceiptNotSaved, ValidationError
 from .sql import QUERIES
+from .validation import check_text
 
 __all__ = [
     "DEFAULT_PARK_SECONDS",
@@ -100,8 +101,7 @@ def _check_key(tenant: Any, operation_key: Any) -> None:
             raise ValidationError(field, f"must be a string, got {type(value).__name__}")
         if not 1 <= len(value) <= limit:
             raise ValidationError(field, f"must be 1 to {limit} characters long, got {len(value)}")
-        if "\x00" in value:
-            raise ValidationError(field, "contains a NUL character")
+        check_text(field, value)  # no NUL, no lone surrogate: PostgreSQL text takes neither
 
 
 def fingerprint(payload: Any) -> bytes:

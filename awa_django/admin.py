@@ -16,6 +16,7 @@ or queue), and every state filter is served by an index
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -25,21 +26,27 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast, Left
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from awa_bridge import AwaError
+from awa_bridge import AwaError, ForeignSchema, foreign
 from awa_bridge import admin as ops
 from awa_bridge import cron as cron_ops
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 from .models import STATE_CHOICES, CronJob, Job, QueueMeta
+
+#: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
+ARGS_PREVIEW_CHARS = 80
+_LIST_COLUMNS = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
 
 FILTER_CHOICES_LIMIT = 500
 
@@ -166,11 +173,47 @@ class ReadOnlyModelAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.deletable and super().has_delete_permission(request, obj)
 
+    @property
+    def urls(self) -> list[Any]:
+        """Every page and action of this model, refused with a clear answer on an awa-pg database."""
+        return [_refusing_awa_pg(pattern, self) for pattern in self.get_urls()]
+
+
+def _refusing_awa_pg(pattern: Any, model_admin: admin.ModelAdmin[Any]) -> Any:
+    """``pattern`` whose view answers 501 with a one-line reason when the jobs live in awa-pg's storage.
+
+    awa-pg keeps its jobs behind a view over its own tables and has none of
+    awa_bridge's helper functions, so the pages and actions here would fail
+    with a traceback; one cheap read (``awa_pg_schema``) per request says so.
+    """
+    view = pattern.callback
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            foreign.check_sync(detect_sync(connections[model_admin.model.objects.db]), foreign.ADMIN_REFUSAL)
+        except ForeignSchema as exc:
+            return HttpResponse(f"{exc}\n", status=501, content_type="text/plain; charset=utf-8")
+        return view(request, *args, **kwargs)
+
+    return URLPattern(pattern.pattern, guarded, pattern.default_args, pattern.name)
+
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyModelAdmin):
     deletable = True  # guarded by Django's delete permission, through awa_bridge.admin.delete_job
-    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "created_at", "age")
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "state_label",
+        "priority",
+        "attempts",
+        "run_at",
+        "created_at",
+        "age",
+        "args_preview",
+    )
     list_display_links = ("id", "kind")
     list_filter = (StateFilter, QueueFilter, KindFilter)
     search_fields = ("kind",)  # replaced by get_search_results: id, exact kind, or args:TEXT
@@ -225,6 +268,26 @@ class JobAdmin(ReadOnlyModelAdmin):
         return request.user.has_perm("awa_django.run_job_now")
 
     # -- list columns ------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """On the list page, only the listed columns and the first characters of the args.
+
+        A page of jobs with 10 MB args must not load them: the big JSON
+        columns are deferred and the args preview is cut in SQL.
+        """
+        queryset = super().get_queryset(request)
+        match = getattr(request, "resolver_match", None)
+        if match is None or match.url_name != "awa_django_job_changelist":
+            return queryset
+        preview = Left(Cast("args", output_field=TextField()), ARGS_PREVIEW_CHARS + 1)
+        return queryset.only(*_LIST_COLUMNS).annotate(args_head=preview)
+
+    @admin.display(description="args")
+    def args_preview(self, job: Job) -> str:
+        head = getattr(job, "args_head", None)
+        if not isinstance(head, str):
+            return "-"
+        return head if len(head) <= ARGS_PREVIEW_CHARS else head[:ARGS_PREVIEW_CHARS] + "…"
 
     @admin.display(description="state", ordering="state")
     def state_label(self, job: Job) -> str:

@@ -38,7 +38,6 @@ import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -46,6 +45,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from awa_bridge import ValidationError
+from awa_bridge.validation import as_seconds
 from awa_bridge.worker import QueueConfig, WorkerConfig
 
 from .errors import InvalidAwaSetting
@@ -122,11 +122,11 @@ def _mapping(value: Any, *path: str) -> Mapping[str, Any]:
 
 
 def _seconds(value: Any, *path: str) -> Any:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidAwaSetting(_key(*path), f"must be a number of seconds or a timedelta, got {value!r}")
-    return value
+    # 0 passes here (priority_aging's "off"); QueueConfig / WorkerConfig refuse it where it means nothing.
+    try:
+        return as_seconds(path[-1], value, allow_zero=True)
+    except ValidationError as exc:
+        raise InvalidAwaSetting(_key(*path), f"{exc.message} (a number or a timedelta)") from None
 
 
 def _queues(raw: Any) -> tuple[QueueConfig, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -174,6 +175,52 @@ async def test_sync_handler_registers_and_a_superseded_attempt_cannot(make_clien
     assert job_row(db_url, job_id)["callback_id"] is None
 
 
+async def test_a_callback_id_is_valid_only_for_the_attempt_that_registered_it(make_client, db_url: str) -> None:
+    """Attempt 1 registers a callback and raises; its id must not resolve the job afterwards.
+
+    Between the attempts (retryable) it is refused as no longer waiting; once
+    attempt 2 runs it is unknown, and attempt 2's own outcome stands.
+    """
+    client = make_client()
+    first_ids: list[str] = []
+    release = asyncio.Event()
+
+    @client.task("two_attempts")
+    async def handler(job):
+        if job.attempt == 1:
+            first_ids.append(await job.register_callback(timeout=60))
+            raise awa_bridge.RetryAfter(1.5)
+        await release.wait()
+        return None
+
+    job_id = insert(db_url, {}, kind="two_attempts", max_attempts=3)
+    await client.start([QueueConfig("default", max_workers=1, poll_interval=0.05)])
+    await wait_until(lambda: first_ids and job_state(db_url, job_id) == "retryable")
+    stale = first_ids[0]
+    before = job_row(db_url, job_id)
+    with pytest.raises(CallbackNotWaiting) as info:
+        awa_bridge.complete_external(db_url, stale, {"late": True})
+    assert info.value.state == "retryable"
+    assert job_row(db_url, job_id) == before
+
+    await wait_until(lambda: job_row(db_url, job_id)["attempt"] == 2 and job_state(db_url, job_id) == "running")
+    running = job_row(db_url, job_id)
+    assert running["callback_id"] is None and running["callback_timeout_at"] is None
+    for resolve in (
+        lambda: awa_bridge.complete_external(db_url, stale, {"late": True}),
+        lambda: awa_bridge.fail_external(db_url, stale, "late"),
+        lambda: awa_bridge.retry_external(db_url, stale),
+    ):
+        with pytest.raises(CallbackNotFound) as not_found:
+            resolve()
+        assert not isinstance(not_found.value, CallbackNotWaiting)
+    assert job_row(db_url, job_id)["state"] == "running"
+
+    release.set()
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert "callback_result" not in job_row(db_url, job_id)["metadata"]
+
+
 def test_timeout_validation() -> None:
     from awa_bridge.callbacks import check_timeout
 
@@ -261,3 +308,156 @@ async def test_http_receiver_over_real_http(make_client, db_url: str) -> None:
 
 def await_in_thread(fn: Callable[[], Any]) -> Any:
     return asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+# -- the receiver under hostile framing, slow clients and the request scheme ----------
+
+
+class _Receiver:
+    """``serve_callbacks`` on a free port, spoken to over raw sockets."""
+
+    def __init__(self, app: Any, socket_timeout: float = 1.0) -> None:
+        from awa_bridge.callback_http import serve_callbacks
+
+        self.server = serve_callbacks(app, "127.0.0.1", 0, socket_timeout=socket_timeout)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def raw(self, head: str, body: bytes = b"", pause: float = 0.0) -> tuple[int, dict[str, Any]]:
+        """Send a request as given (head without the blank line); return status and JSON answer."""
+        import json
+        import socket
+        import time
+
+        with socket.create_connection(("127.0.0.1", self.port), timeout=15) as sock:
+            sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n")
+            if pause:
+                time.sleep(pause)  # a client that stalls mid-request
+            with contextlib.suppress(OSError):  # the receiver may already have answered and closed
+                sock.sendall(body)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        status_line, _, rest = data.partition(b"\r\n")
+        return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _chunked(data: bytes, size: int = 7) -> bytes:
+    pieces = [data[i : i + size] for i in range(0, len(data), size)]
+    return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+
+
+async def test_receiver_reads_chunked_bodies_and_limits_every_framing(make_client, db_url: str) -> None:
+    import json
+
+    from awa_bridge.callback_http import MAX_BODY_BYTES, callback_receiver
+
+    secret = bytes(range(32))
+    receiver = _Receiver(callback_receiver(db_url, secret))
+    try:
+        job_id, callback_id, _ = await park(make_client, db_url)
+        sig = sign_callback(secret, callback_id)
+        head = f"POST /api/callbacks/{callback_id}/complete HTTP/1.1\nHost: x\nX-Awa-Signature: {sig}"
+
+        status, body = await await_in_thread(lambda: receiver.raw(head + "\nContent-Length: -1", b"{}"))
+        assert status == 400 and "Content-Length" in body["error"]
+        too_big = MAX_BODY_BYTES + 1
+        status, body = await await_in_thread(lambda: receiver.raw(head + f"\nContent-Length: {too_big}"))
+        assert status == 413
+        huge = _chunked(b"[" + b"0," * (MAX_BODY_BYTES // 2) + b"0]", size=65536)
+        status, body = await await_in_thread(lambda: receiver.raw(head + "\nTransfer-Encoding: chunked", huge))
+        assert status == 413
+        status, body = await await_in_thread(
+            lambda: receiver.raw(head + "\nTransfer-Encoding: chunked", b"zz\r\n{}\r\n0\r\n\r\n")
+        )
+        assert status == 400
+        deep = b"[" * 100_000 + b"]" * 100_000
+        status, body = await await_in_thread(lambda: receiver.raw(head + f"\nContent-Length: {len(deep)}", deep))
+        assert status == 400
+        assert job_state(db_url, job_id) == "waiting_external"
+
+        payload = json.dumps({"paid": True, "note": "chunked"}).encode()
+        status, body = await await_in_thread(
+            lambda: receiver.raw(head + "\nTransfer-Encoding: chunked", _chunked(payload))
+        )
+        assert (status, body) == (200, {"job_id": job_id, "state": "completed"})
+        assert job_row(db_url, job_id)["metadata"]["callback_result"] == {"paid": True, "note": "chunked"}
+    finally:
+        receiver.close()
+
+
+def test_receiver_reads_a_body_the_server_already_dechunked(db_url: str) -> None:
+    """gunicorn decodes chunked bodies itself and says so with wsgi.input_terminated."""
+    import io
+
+    from awa_bridge.callback_http import MAX_BODY_BYTES, read_body
+
+    environ = {"HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True, "wsgi.input": io.BytesIO(b"{}")}
+    assert read_body(environ) == b"{}"
+    environ["wsgi.input"] = io.BytesIO(b"x" * (MAX_BODY_BYTES + 1))
+    with pytest.raises(Exception, match="limit"):
+        read_body(environ)
+
+
+async def test_receiver_times_out_a_slow_client(make_client, db_url: str) -> None:
+    from awa_bridge.callback_http import callback_receiver
+
+    secret = bytes(range(32))
+    receiver = _Receiver(callback_receiver(db_url, secret), socket_timeout=0.5)
+    try:
+        job_id, callback_id, _ = await park(make_client, db_url)
+        head = (
+            f"POST /api/callbacks/{callback_id}/complete HTTP/1.1\nHost: x\n"
+            f"X-Awa-Signature: {sign_callback(secret, callback_id)}\nContent-Length: 20"
+        )
+        status, answer = await await_in_thread(lambda: receiver.raw(head, b'{"a": 1}', pause=2.0))
+        assert status == 408, answer
+        assert job_state(db_url, job_id) == "waiting_external"
+    finally:
+        receiver.close()
+
+
+async def test_request_signature_scheme_binds_action_body_and_time(make_client, db_url: str) -> None:
+    import time
+
+    from awa_bridge.callback_http import callback_receiver
+    from awa_bridge.callbacks import sign_request, verify_request
+
+    secret = bytes(range(32))
+    receiver = _Receiver(callback_receiver(db_url, secret, scheme="request", max_age=60))
+    try:
+        job_id, callback_id, _ = await park(make_client, db_url, max_attempts=3)
+        body = b'{"error": "declined"}'
+        now = int(time.time())
+        signed_fail = sign_request(secret, callback_id, "fail", now, body)
+        assert verify_request(secret, callback_id, "fail", now, body, signed_fail)
+
+        def post(action: str, stamp: int, signature: str, payload: bytes = body) -> tuple[int, dict[str, Any]]:
+            head = (
+                f"POST /api/callbacks/{callback_id}/{action} HTTP/1.1\nHost: x\nX-Awa-Signature: {signature}\n"
+                f"X-Awa-Timestamp: {stamp}\nContent-Length: {len(payload)}"
+            )
+            return receiver.raw(head, payload)
+
+        # Awa's id-only signature is not enough under this scheme.
+        assert (await await_in_thread(lambda: post("fail", now, sign_callback(secret, callback_id))))[0] == 401
+        # A captured fail request replayed as complete, with another body, or too late: refused.
+        assert (await await_in_thread(lambda: post("complete", now, signed_fail)))[0] == 401
+        assert (await await_in_thread(lambda: post("fail", now, signed_fail, b'{"error": "other"}')))[0] == 401
+        stale = now - 3600
+        assert (
+            await await_in_thread(lambda: post("fail", stale, sign_request(secret, callback_id, "fail", stale, body)))
+        )[0] == 401
+        assert job_state(db_url, job_id) == "waiting_external"
+
+        status, answer = await await_in_thread(lambda: post("fail", now, signed_fail))
+        assert (status, answer) == (200, {"job_id": job_id, "state": "failed"})
+        # The same request again: nothing left to resolve.
+        assert (await await_in_thread(lambda: post("fail", now, signed_fail)))[0] == 409
+    finally:
+        receiver.close()

@@ -214,6 +214,13 @@ def test_call_options_and_arguments_fail_at_call_time_and_write_nothing(shop: Ce
         tasks.add.apply_async((1, 2), priority=42)
     with pytest.raises(ValidationError, match="countdown or eta"):
         tasks.add.apply_async((1, 2), countdown=1, eta=datetime.now(UTC))
+    for huge in (10**400, 1e20):  # beyond float range; past year 9999
+        with pytest.raises(ValidationError) as caught:
+            tasks.add.apply_async((1, 2), countdown=huge)
+        assert caught.value.field == "countdown", caught.value
+    with pytest.raises(ValidationError) as caught:
+        tasks.add.apply_async((1, 2), eta="0001-01-01T00:00:00+14:00")
+    assert caught.value.field == "run_at" and "out of range" in str(caught.value)
     assert count_rows(db_url) == 0
 
 

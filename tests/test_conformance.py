@@ -306,3 +306,38 @@ def test_django_connection_proxy_and_alias(db_url: str, django_setup: None) -> N
     with psycopg.connect(db_url) as conn:
         vias = sorted(r[0] for r in conn.execute("SELECT args->>'via' FROM awa.jobs"))
     assert vias == ["alias", "proxy"]
+
+
+async def test_unique_bulk_staging_table_is_always_the_temporary_one(db_url: str) -> None:
+    """A table named like the staging table earlier on the search_path must not receive the rows."""
+    import asyncpg
+    import psycopg
+
+    stage_columns = (
+        "kind text, queue text, args jsonb, state awa.job_state, priority smallint, max_attempts smallint, "
+        "run_at timestamptz, metadata jsonb, tags text[], unique_key bytea, unique_states text"
+    )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS trap CASCADE")
+        conn.execute("CREATE SCHEMA trap")
+        # Any row reaching it fails the insert (and the test).
+        conn.execute(f"CREATE TABLE trap.awa_insert_stage ({stage_columns}, CHECK (kind IS NULL))")
+    try:
+        with psycopg.connect(db_url) as conn:
+            conn.execute("SET search_path TO trap, pg_temp, public")
+            first = awa_bridge.insert_many_sync(conn, [{"n": 1}, {"n": 1}, {"n": 2}], kind="staged", unique=True)
+            conn.commit()
+        aconn = await asyncpg.connect(db_url, server_settings={"search_path": "trap, pg_temp, public"})
+        try:
+            async with aconn.transaction():
+                second = await awa_bridge.insert_many(aconn, [{"n": 2}, {"n": 3}], kind="staged", unique=True)
+        finally:
+            await aconn.close()
+        assert (first.inserted, first.skipped_duplicates) == (2, 1)
+        assert (second.inserted, second.skipped_duplicates) == (1, 1)
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM trap.awa_insert_stage").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM awa.jobs WHERE kind = 'staged'").fetchone()[0] == 3
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA trap CASCADE")

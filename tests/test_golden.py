@@ -77,6 +77,5 @@ def test_float_spelling_matches_serde_json(value: float, text: str) -> None:
 
 def test_canonical_json_sorts_keys_and_keeps_unicode() -> None:
     assert canonical_json({"b": 1, "a": ["é", None, True]}) == '{"a":["é",null,true],"b":1}'
-    assert canonical_json({"n": 2**64 - 1}) == '{"n":1.8446744073709552e+19}'
     assert canonical_json({"n": -(2**63)}) == '{"n":-9223372036854775808}'
     assert canonical_json({"x": {"v": 1e-7}}) == '{"x":{"v":1e-7}}'

@@ -25,6 +25,17 @@ class Custom:
     pass
 
 
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+_CYCLIC: dict[str, Any] = {}
+_CYCLIC["me"] = _CYCLIC
+
+
 # (case id, args, options, field named in the error, text the message must contain)
 CASES: list[tuple[str, Any, dict[str, Any], str, str]] = [
     ("priority 0", {}, {"priority": 0}, "priority", "between 1 and 4"),
@@ -57,6 +68,25 @@ CASES: list[tuple[str, Any, dict[str, Any], str, str]] = [
     ("bad run_at type", {}, {"run_at": 12}, "run_at", "datetime"),
     ("metadata not dict", {}, {"metadata": ["x"]}, "metadata", "must be a dict"),
     ("ordering key type", {}, {"ordering_key": 5}, "ordering_key", "bytes or str"),
+    ("newline in queue", {}, {"queue": "a\nb"}, "queue", "control character"),
+    ("escape in kind", {}, {"kind": "k\x1b[31m"}, "kind", "control character"),
+    ("line separator in queue", {}, {"queue": "a\u2028b"}, "queue", "control character"),
+    ("surrogate in kind", {}, {"kind": "k\ud800"}, "kind", "lone surrogate"),
+    ("surrogate in queue", {}, {"queue": "\udfffq"}, "queue", "lone surrogate"),
+    ("surrogate in tag", {}, {"tags": ["ok", "\udfff"]}, "tags[1]", "UTF-8"),
+    ("surrogate in ordering key", {}, {"ordering_key": "\ud800"}, "ordering_key", "UTF-8"),
+    ("surrogate in arg", {"a": ["\ud800"]}, {}, "args.a[0]", "UTF-8"),
+    ("surrogate in metadata key", {}, {"metadata": {"\udc00": 1}}, "metadata (key", "UTF-8"),
+    ("run_at before year 1 in UTC", {}, {"run_at": "0001-01-01T00:00:00+14:00"}, "run_at", "out of range"),
+    ("run_at after 9999 in UTC", {}, {"run_at": "9999-12-31T23:00:00-05:00"}, "run_at", "out of range"),
+    ("int beyond int64", {"n": 2**63}, {}, "args.n", "64-bit"),
+    ("int below int64", {"n": [-(2**63) - 1]}, {}, "args.n[0]", "64-bit"),
+    ("int beyond float range", {"n": 10**400}, {}, "args.n", "64-bit"),
+    ("largest float", {"f": 1.7976931348623157e308}, {}, "args.f", "1e+308"),
+    ("infinity", {"f": float("-inf")}, {}, "args.f", "finite"),
+    ("nested 65 deep", {"a": _nested(64)}, {}, "args.a", "nested deeper than 64"),
+    ("cyclic args", _CYCLIC, {}, "args", "nested deeper than 64"),
+    ("cyclic metadata", {}, {"metadata": _CYCLIC}, "metadata", "contains itself"),
 ]
 
 
@@ -121,13 +151,18 @@ def test_missing_kind_wrong_args_type_and_unknown_option(db_url: str, call: Call
 
 
 def test_boundaries_are_accepted(db_url: str) -> None:
+    from datetime import UTC, datetime
+
     with psycopg.connect(db_url) as conn:
+        edges = {"deep": _nested(63), "i": [2**63 - 1, -(2**63)], "f": [1e308, -1e308, 5e-324]}
+        awa_bridge.insert_job_sync(conn, edges, kind="k", run_at=datetime(1, 1, 2, tzinfo=UTC))
+        awa_bridge.insert_job_sync(conn, {}, kind="Käse Brot", run_at="9999-12-30T00:00:00+00:00")
         for priority in (1, 4):
             awa_bridge.insert_job_sync(conn, {}, kind="k" * 200, queue="q" * 200, priority=priority)
         for attempts in (1, 1000):
             awa_bridge.insert_job_sync(conn, {}, kind="k", max_attempts=attempts, tags=["t"] * 20)
         conn.commit()
-    assert count_rows(db_url) == 4
+    assert count_rows(db_url) == 6
 
 
 def test_pydantic_model_args(db_url: str) -> None:

@@ -443,9 +443,13 @@ def seconds(value: Any, field: str) -> float:
     """A number of seconds (int, float or timedelta), finite and not negative."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValidationError(field, f"must be a number of seconds or a timedelta, got {value!r}")
-    return max(float(value), 0.0)
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond float range
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValidationError(field, f"must be a number of seconds or a timedelta, got {value!r:.60}")
+    return max(number, 0.0)
 
 
 def moment(value: Any, field: str, now: datetime) -> datetime:
@@ -457,4 +461,9 @@ def moment(value: Any, field: str, now: datetime) -> datetime:
             raise ValidationError(field, f"{value!r} is not an ISO 8601 date-time") from None
     if isinstance(value, datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return now + timedelta(seconds=seconds(value, field))
+    delay = seconds(value, field)
+    try:
+        return now + timedelta(seconds=delay)
+    except OverflowError:
+        # an int beyond float range, or a date past year 9999: refused like any out-of-range run_at
+        raise ValidationError(field, f"{value!r:.60} seconds from now is out of range") from None

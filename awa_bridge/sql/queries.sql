@@ -28,7 +28,10 @@ FROM awa.insert_job_compat(
 
 -- name: create_insert_stage
 -- Bulk inserts COPY into this per-session staging table first when some rows
--- carry unique keys, so duplicates can be skipped with ON CONFLICT.
+-- carry unique keys, so duplicates can be skipped with ON CONFLICT. Every
+-- statement names it pg_temp.awa_insert_stage: unqualified, a search_path
+-- that lists pg_temp after a schema holding a table of the same name would
+-- send the rows (and the DELETE) there.
 CREATE TEMP TABLE IF NOT EXISTS awa_insert_stage (
     kind text, queue text, args jsonb, state awa.job_state, priority smallint,
     max_attempts smallint, run_at timestamptz, metadata jsonb, tags text[],
@@ -36,7 +39,7 @@ CREATE TEMP TABLE IF NOT EXISTS awa_insert_stage (
 )
 
 -- name: clear_insert_stage
-DELETE FROM awa_insert_stage
+DELETE FROM pg_temp.awa_insert_stage
 
 -- name: insert_from_stage
 WITH inserted AS (
@@ -44,7 +47,7 @@ WITH inserted AS (
                           metadata, tags, unique_key, unique_states)
     SELECT kind, queue, args, state, priority, max_attempts, run_at,
            metadata, tags, unique_key, CAST(unique_states AS bit(8))
-    FROM awa_insert_stage
+    FROM pg_temp.awa_insert_stage
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -57,6 +60,14 @@ SELECT pg_advisory_xact_lock(7235104991187720551)
 -- name: awa_schema_version_rows
 -- Rows of the real Awa's own ledger; present only on a database it migrated.
 SELECT count(*) AS n FROM awa.schema_version
+
+-- name: awa_pg_schema
+-- True on a database the real Awa (awa-pg) migrated: its storage (awa.jobs a
+-- view over its own tables, no awa.unique_key_holder) is not ours, so the
+-- worker, the unique bulk insert and the Django admin refuse it up front
+-- rather than failing statement by statement. Our migrations never create
+-- awa.schema_version.
+SELECT to_regclass('awa.schema_version') IS NOT NULL AS present
 
 -- name: relation_exists
 SELECT to_regclass(%(name)s) IS NOT NULL AS present
@@ -83,7 +94,10 @@ INSERT INTO awa.bridge_migrations (name, checksum) VALUES (%(name)s, %(checksum)
 -- Candidates are picked in a CTE (an optimisation fence, so LIMIT holds under
 -- concurrency) with SKIP LOCKED; the UPDATE re-checks state = 'available'.
 -- A paused queue claims nothing. Each claim starts a new attempt with a
--- fresh run_lease (the fencing token) and its own deadline.
+-- fresh run_lease (the fencing token) and its own deadline. It also drops any
+-- callback an earlier attempt registered: while a job runs, its callback_id
+-- can only be one this attempt registered (under this run_lease), so a late
+-- callback of an earlier attempt finds nothing (see complete_external).
 WITH candidates AS (
     SELECT id
     FROM awa.jobs
@@ -100,7 +114,9 @@ SET state = 'running',
     run_lease = j.run_lease + 1,
     attempted_at = now(),
     heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => %(deadline_seconds)s)
+    deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
+    callback_id = NULL,
+    callback_timeout_at = NULL
 FROM candidates
 WHERE j.id = candidates.id AND j.state = 'available'
 RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
@@ -718,6 +734,13 @@ LIMIT %(limit)s
 -- the resolution only while the job still awaits it (waiting_external, or
 -- running when the resolution beats the handler's own return) and the wait
 -- has not expired, and the final SELECT reports what was found.
+-- A callback id belongs to the attempt that registered it: register_callback
+-- is fenced by (id, run_lease), claim_jobs clears the id when the next attempt
+-- starts, and `changed` re-checks the run_lease `target` locked. An attempt
+-- that ended (retryable, failed, rescued, released) leaves its id on a job
+-- that is no longer waiting_external or running, so a late or replayed
+-- callback is refused (CallbackNotWaiting) until the next claim, and finds
+-- nothing (CallbackNotFound) after it; nothing is changed either way.
 -- ---------------------------------------------------------------------------
 
 -- name: register_callback
@@ -729,7 +752,7 @@ RETURNING id
 
 -- name: complete_external
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -738,7 +761,8 @@ WITH target AS (
         callback_timeout_at = NULL,
         metadata = j.metadata || jsonb_build_object('callback_result', CAST(%(payload)s AS jsonb))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 )
 SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
@@ -746,7 +770,7 @@ FROM target LEFT JOIN changed ON true
 
 -- name: fail_external
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -756,7 +780,8 @@ WITH target AS (
         errors = array_append(j.errors, jsonb_build_object(
             'error', CAST(%(error)s AS text), 'type', 'CallbackFailed', 'attempt', j.attempt, 'at', now()))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 )
 SELECT target.id AS target_id, target.state::text AS prior_state, target.expired, changed.*
@@ -766,7 +791,7 @@ FROM target LEFT JOIN changed ON true
 -- Runs the job again at once; the attempt that waited is spent, so with no
 -- attempts left the job fails instead.
 WITH target AS (
-    SELECT id, state, callback_timeout_at < now() AS expired
+    SELECT id, run_lease, state, callback_timeout_at < now() AS expired
     FROM awa.jobs WHERE callback_id = CAST(%(callback_id)s AS uuid)
     FOR UPDATE
 ), changed AS (
@@ -778,7 +803,8 @@ WITH target AS (
             'error', 'retry requested through the callback', 'type', 'CallbackRetry',
             'attempt', j.attempt, 'at', now()))
     FROM target
-    WHERE j.id = target.id AND target.state IN ('waiting_external', 'running') AND NOT target.expired
+    WHERE j.id = target.id AND j.run_lease = target.run_lease
+      AND target.state IN ('waiting_external', 'running') AND NOT target.expired
     RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.max_attempts
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed WHERE state = 'available'

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from .. import enqueue
 from ..cron import PeriodicJob, upsert_schedules
 from ..errors import ValidationError
+from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate
 from ..types import InsertManyResult, Job
 from .config import QueueConfig, WorkerConfig
@@ -122,6 +123,7 @@ class Client:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
             raise RuntimeError("this client's worker is already running")
+        await refuse_worker_on_awa_pg(self.database_url)
         if self.schedules:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)

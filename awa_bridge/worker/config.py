@@ -6,9 +6,11 @@ configured, never halfway through a run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import ValidationError
+from ..validation import as_seconds, check_count, check_name
 
 DEFAULT_MAX_WORKERS = 10
 DEFAULT_DEADLINE_SECONDS = 300.0
@@ -27,16 +29,6 @@ DEFAULT_CLAIM_BATCH = 100
 DEFAULT_COMPLETION_BATCH = 500
 DEFAULT_COMPLETION_FLUSH_SECONDS = 0.002
 MAINTENANCE_BATCH = 1000
-
-
-def _count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValidationError(name, f"must be an integer >= {minimum}, got {value!r}")
-
-
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValidationError(name, f"must be a positive number of seconds, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -63,13 +55,16 @@ class QueueConfig:
     priority_aging: float = DEFAULT_PRIORITY_AGING_SECONDS
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not 1 <= len(self.name) <= 200:
-            raise ValidationError("queue", f"must be a name of 1 to 200 characters, got {self.name!r}")
+        check_name("queue", self.name)
         prefix = f"queues[{self.name}]"
-        _count(f"{prefix}.max_workers", self.max_workers, minimum=1)
-        _positive(f"{prefix}.deadline", self.deadline)
-        _positive(f"{prefix}.poll_interval", self.poll_interval)
-        bad_rate = isinstance(self.max_rate, bool) or not isinstance(self.max_rate, (int, float)) or self.max_rate <= 0
+        check_count(f"{prefix}.max_workers", self.max_workers, minimum=1)
+        as_seconds(f"{prefix}.deadline", self.deadline)
+        as_seconds(f"{prefix}.poll_interval", self.poll_interval)
+        bad_rate = (
+            isinstance(self.max_rate, bool)
+            or not isinstance(self.max_rate, (int, float))
+            or not 0 < self.max_rate < math.inf
+        )
         if self.max_rate is not None and bad_rate:
             raise ValidationError(
                 f"{prefix}.max_rate", f"must be a positive number of jobs per second, got {self.max_rate!r}"
@@ -77,22 +72,14 @@ class QueueConfig:
         if self.burst is not None:
             if self.max_rate is None:
                 raise ValidationError(f"{prefix}.burst", "needs max_rate (burst is the rate limit's bucket size)")
-            _count(f"{prefix}.burst", self.burst, minimum=1)
-        _count(f"{prefix}.min_workers", self.min_workers, minimum=0)
+            check_count(f"{prefix}.burst", self.burst, minimum=1)
+        check_count(f"{prefix}.min_workers", self.min_workers, minimum=0)
         if self.min_workers > self.max_workers:
             raise ValidationError(
                 f"{prefix}.min_workers", f"is {self.min_workers}, more than max_workers ({self.max_workers})"
             )
-        _count(f"{prefix}.weight", self.weight, minimum=1)
-        if (
-            isinstance(self.priority_aging, bool)
-            or not isinstance(self.priority_aging, (int, float))
-            or self.priority_aging < 0
-        ):
-            raise ValidationError(
-                f"{prefix}.priority_aging",
-                f"must be a number of seconds >= 0 (0 disables), got {self.priority_aging!r}",
-            )
+        check_count(f"{prefix}.weight", self.weight, minimum=1)
+        as_seconds(f"{prefix}.priority_aging", self.priority_aging, allow_zero=True)  # 0 disables aging
 
     @property
     def bucket_size(self) -> int:
@@ -146,7 +133,7 @@ class WorkerConfig:
             "drain_timeout",
             "completion_flush",
         ):
-            _positive(name, getattr(self, name))
+            as_seconds(name, getattr(self, name))
         if self.heartbeat_staleness < 3 * self.heartbeat_interval:
             raise ValidationError(
                 "heartbeat_staleness",
@@ -154,8 +141,6 @@ class WorkerConfig:
                 f"got {self.heartbeat_staleness} s: a live worker would be rescued",
             )
         if self.global_max_workers is not None:
-            _count("global_max_workers", self.global_max_workers, minimum=1)
+            check_count("global_max_workers", self.global_max_workers, minimum=1)
         for name in ("claim_batch", "completion_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValidationError(name, f"must be a positive integer, got {value!r}")
+            check_count(name, getattr(self, name), minimum=1)

@@ -119,3 +119,33 @@ def test_the_paginator_estimates_big_results(awa: None) -> None:
         assert not any("COUNT(" in q["sql"].upper() for q in queries.captured_queries)
     finally:
         EstimatedCountPaginator.exact_below = 10_000
+
+
+def test_the_job_list_never_loads_full_args(awa: None, admin_client) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15 item 5: 20 jobs of 10 MB made one page view take 457 MiB."""
+    import tracemalloc
+
+    big = "x" * 2_000_000
+    for n in range(5):
+        awa_django.insert_job({"blob": big, "n": n}, kind="bulky", metadata={"also": big})
+    changelist = reverse("admin:awa_django_job_changelist")
+    tracemalloc.start()
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get(changelist)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert page.status_code == 200
+    rows = results(page.content.decode())
+    assert rows.count('class="field-args_preview"') == 5 and big not in rows
+    assert "{&quot;n&quot;: 0, &quot;blob&quot;: &quot;xxxxxxxx" in rows
+    listing = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "awa"."jobs"."id"')]
+    assert listing, [q["sql"] for q in queries.captured_queries]
+    for sql in listing:
+        assert '"jobs"."metadata"' not in sql and '"jobs"."errors"' not in sql and '"jobs"."progress"' not in sql
+        assert sql.count('"jobs"."args"') == sql.count('LEFT(("awa"."jobs"."args")::text'), sql
+    assert peak < 8_000_000, f"the page view allocated {peak} bytes at its peak"
+    # The detail page still shows everything.
+    one = Job.objects.filter(kind="bulky").order_by("id").values_list("id", flat=True)[0]
+    assert big in admin_client.get(reverse("admin:awa_django_job_change", args=[one])).content.decode()
