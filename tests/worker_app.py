@@ -58,6 +58,7 @@ client = Client(
     rescue_interval=_env_float("AWA_RESCUE_INTERVAL", 0.1),
     promote_interval=_env_float("AWA_PROMOTE_INTERVAL", 0.05),
     leader_election_interval=_env_float("AWA_LEADER_ELECTION_INTERVAL", 0.2),
+    leader_lease=_env_float("AWA_LEADER_LEASE", 2.0),
     drain_timeout=_env_float("AWA_DRAIN_TIMEOUT", 5.0),
     completion_flush=_env_float("AWA_COMPLETION_FLUSH", 0.002),
 )
