@@ -18,6 +18,16 @@ connection before the handler goes on:
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
 - ``tx_lost_connection``: transactional (sync); records, then its transaction's
   backend is terminated under it, as in a failover.
+- ``block_async``: records, then blocks the worker's event loop with
+  ``time.sleep(AWA_BLOCK_SECONDS)`` (default 5) while ``job.attempt <
+  AWA_HANG_UNTIL_ATTEMPT``: handler code that is stuck, not dead.
+- ``block_sync``: the same in a thread, ignoring ``job.cancelled``.
+- ``pid_ledger``: records with ``worker`` = ``<worker>:<pid>`` (which process
+  ran it: the process executor's children have pids of their own).
+- ``proc_overrun``: registered with ``executor="process"``; records like
+  ``pid_ledger``, then sleeps 60 s while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``.
+
+With ``AWA_PRINT_HOOKS`` set, the ``completed`` hook prints ``hook completed job N``.
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
 to the short values of RELIABILITY.md's scenario conventions. Ledger
@@ -49,6 +59,7 @@ WORKER = os.environ.get("AWA_WORKER_NAME") or f"pid-{os.getpid()}"
 SLOW_SECONDS = _env_float("AWA_SLOW_SECONDS", 1.0)
 HANG_UNTIL_ATTEMPT = int(os.environ.get("AWA_HANG_UNTIL_ATTEMPT") or 2)
 TX_MAX_SLEEP = _env_float("AWA_TX_MAX_SLEEP", 0.02)
+BLOCK_SECONDS = _env_float("AWA_BLOCK_SECONDS", 5.0)
 APPLICATION_NAME = f"ledger-{WORKER}"[:63]
 
 client = Client(
@@ -70,14 +81,14 @@ LEDGER_SQL = "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES (
 _local = threading.local()
 
 
-def record(job: Any) -> None:
+def record(job: Any, worker: str = WORKER) -> None:
     """Commit one ledger row for this execution (one reconnect if the server dropped us)."""
     for retry in (False, True):
         conn = getattr(_local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             conn = _local.conn = psycopg.connect(DATABASE_URL, autocommit=True, application_name=APPLICATION_NAME)
         try:
-            conn.execute(LEDGER_SQL, (job.id, job.attempt, job.run_lease, WORKER))
+            conn.execute(LEDGER_SQL, (job.id, job.attempt, job.run_lease, worker))
             return
         except psycopg.OperationalError:
             if retry:
@@ -160,3 +171,36 @@ async def tx_effect_async(job: Any) -> None:
 def tx_lost_connection(job: Any) -> None:
     record(job)
     job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@client.task("block_async")
+async def block_async(job: Any) -> None:
+    await record_async(job)
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(BLOCK_SECONDS)  # blocks the event loop on purpose
+
+
+@client.task("block_sync")
+def block_sync(job: Any) -> None:
+    record(job)
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(BLOCK_SECONDS)  # never looks at job.cancelled
+
+
+@client.task("pid_ledger")
+def pid_ledger(job: Any) -> None:
+    record(job, f"{WORKER}:{os.getpid()}")
+
+
+@client.task("proc_overrun", executor="process")
+def proc_overrun(job: Any) -> None:
+    record(job, f"{WORKER}:{os.getpid()}")
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(60)
+
+
+if os.environ.get("AWA_PRINT_HOOKS"):
+
+    @client.on("completed")
+    def print_completed(job: Any) -> None:
+        print(f"hook completed job {job.id}", flush=True)
