@@ -10,6 +10,7 @@ connection; that reply is dropped and both sockets closed, once.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -86,8 +87,6 @@ def _send(sock: socket.socket, data: bytes) -> bool:
 
 def _close(*socks: socket.socket) -> None:
     for sock in socks:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         sock.close()

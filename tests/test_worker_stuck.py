@@ -50,7 +50,8 @@ def job(probe: Probe, job_id: int) -> dict[str, Any]:
 
 
 def ledger(probe: Probe, job_id: int) -> list[tuple[int, str]]:
-    return [(a, w) for a, w in probe.rows("SELECT attempt, worker FROM t_ledger WHERE job_id = %s ORDER BY at", (job_id,))]
+    rows = probe.rows("SELECT attempt, worker FROM t_ledger WHERE job_id = %s ORDER BY at", (job_id,))
+    return [(a, w) for a, w in rows]
 
 
 def recorded(probe: Probe, job_id: int) -> bool:
@@ -181,7 +182,7 @@ def test_sync_handler_blocked_past_its_deadline_keeps_its_slot_and_nothing_runs_
 
 
 def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any, workers: Workers) -> None:
-    """A dedicated server is stopped for 3 s (staleness 1.5 s) while three workers run 10 s jobs; one worker dies meanwhile.
+    """A dedicated server stops for 3 s (staleness 1.5 s) while three workers run 10 s jobs; one of them dies meanwhile.
 
     The returning leader waits one staleness window of fresh heartbeats before
     rescuing: the live workers' jobs keep their attempt (one run each), the dead
