@@ -175,7 +175,7 @@ class Maintenance(threading.Thread):
                     if now - last_tick > staleness:  # this thread was not running: frozen or starved
                         fresh_since = now
                     last_tick = now
-                    await self._tick(conn, services, term, fresh_view=now - fresh_since >= staleness)
+                    await self._tick(conn, services, term, fresh_at=fresh_since + staleness)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -185,17 +185,21 @@ class Maintenance(threading.Thread):
                     conn = None
                     await asyncio.sleep(min(self.config.leader_election_interval, 1.0))
                     continue
-                wait = min(s.due for s in services) - time.monotonic()
+                now = time.monotonic()
+                wait = min(s.due for s in services) - now if now < term.valid_until else self.config.promote_interval
                 await asyncio.sleep(max(0.0, min(wait, self.config.promote_interval)))
         finally:
             if conn is not None and not conn.is_closed():
                 conn.terminate()
 
     @staticmethod
-    async def _tick(conn: Any, services: list[Service], term: Term, fresh_view: bool) -> None:
+    async def _tick(conn: Any, services: list[Service], term: Term, fresh_at: float) -> None:
+        """Run the services that are due; ``fresh_at``: when the view of heartbeats is fresh again."""
         for service in services:
-            if time.monotonic() >= term.valid_until:
+            now = time.monotonic()
+            if now >= term.valid_until:
                 return  # the lease may have passed on: act again only after a renewal
-            if service.due > time.monotonic() or (service.needs_fresh_view and not fresh_view):
-                continue
-            await service.run_pass(conn)
+            if service.needs_fresh_view and now < fresh_at:
+                service.due = max(service.due, fresh_at)
+            if service.due <= now:
+                await service.run_pass(conn)
