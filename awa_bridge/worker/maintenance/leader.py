@@ -26,6 +26,7 @@ Deadline and callback-timeout rescue need no such wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -75,7 +76,8 @@ class Maintenance(threading.Thread):
         self._stop_requested.set()
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
-            loop.call_soon_threadsafe(stopping.set)
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(stopping.set)
         if self.is_alive():
             self.join(timeout)
 
