@@ -114,11 +114,13 @@ def test_frozen_leader_loses_its_lease_and_another_worker_rescues_and_promotes(
 def test_async_handler_blocking_the_leaders_loop_does_not_stall_deadline_rescue(
     app_db: str, probe: Probe, workers: Workers
 ) -> None:
-    """An async handler calls time.sleep(8) on the leader's event loop; another job's 2 s deadline is still enforced.
+    """Async handlers call time.sleep(8) on the leader's event loop; a running job's 2 s deadline is still enforced.
 
     Maintenance runs on its own thread with its own loop and connections, so
     the leader keeps its lease and rescues the overrun job at its deadline
-    (plus a rescue interval), not when the handler lets go of the loop.
+    (plus a rescue interval), not when the handler lets go of the loop. Of two
+    blocking jobs claimed together, the one whose task could not start before
+    it was rescued never starts (the heartbeat thread marked it superseded).
     """
     queue = unique_queue()
     deadline = 2.0
@@ -127,8 +129,8 @@ def test_async_handler_blocking_the_leaders_loop_does_not_stall_deadline_rescue(
     assert leader_of(leader) is leader
     [hang] = enqueue(app_db, "hang", queue)
     wait_for(lambda: recorded(probe, hang), 10, "the hanging job to start")
-    [block] = enqueue(app_db, "block_async", queue)
-    wait_for(lambda: recorded(probe, block), 10, "the blocking handler to start")
+    blocks = enqueue(app_db, "block_async", queue, 2)  # one transaction: claimed together
+    wait_for(lambda: all(job(probe, i)["state"] == "running" for i in blocks), 10, "the blocking jobs to be claimed")
 
     wait_for(lambda: job(probe, hang)["state"] != "running", deadline + 5, "the overrun job to be rescued")
     row = job(probe, hang)
@@ -137,9 +139,16 @@ def test_async_handler_blocking_the_leaders_loop_does_not_stall_deadline_rescue(
     late = datetime.fromisoformat(error["at"]) - (row["attempted_at"] + timedelta(seconds=deadline))
     print(f"rescued {late.total_seconds():.2f} s after its deadline while the loop was blocked")
     assert late <= timedelta(seconds=scaled(RESCUE_INTERVAL + SLACK))
-    # The blocking job itself is rescued at its own deadline, 6 s before it lets go of the loop.
-    wait_for(lambda: job(probe, block)["state"] != "running", deadline + 3, "the blocking job to be rescued")
-    assert job(probe, block)["errors"][-1]["type"] == "DeadlineExceeded"
+    # The blocking jobs themselves are rescued at their own deadline, seconds before the loop is free.
+    wait_for(lambda: all(job(probe, i)["state"] != "running" for i in blocks), deadline + 3, "the blockers' rescue")
+    assert [job(probe, i)["errors"][-1]["type"] for i in blocks] == ["DeadlineExceeded"] * 2
+    assert not any(recorded(probe, i) for i in blocks), "the loop was free before the rescue"
+
+    wait_for(lambda: all(job(probe, i)["state"] == "completed" for i in [*blocks, hang]), 30, "every job's retry")
+    # One blocker held the loop; the other's task could only start after both were rescued: it never ran.
+    never = [i for i in blocks if leader.logged(f"job {i}: attempt 1 was superseded before its handler started")]
+    assert len(never) == 1, never
+    assert [ledger(probe, i) for i in blocks] == [[(2, "w")], [(2, "w")]]
     assert leader.alive() and not leader.logged("lost maintenance leadership")
 
 

@@ -18,10 +18,10 @@ connection before the handler goes on:
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
 - ``tx_lost_connection``: transactional (sync); records, then its transaction's
   backend is terminated under it, as in a failover.
-- ``block_async``: records, then blocks the worker's event loop with
+- ``block_async``: first blocks the worker's event loop with
   ``time.sleep(AWA_BLOCK_SECONDS)`` (default 5) while ``job.attempt <
-  AWA_HANG_UNTIL_ATTEMPT``: handler code that is stuck, not dead.
-- ``block_sync``: the same in a thread, ignoring ``job.cancelled``.
+  AWA_HANG_UNTIL_ATTEMPT`` (handler code that is stuck, not dead), then records.
+- ``block_sync``: records, then blocks its thread the same way, ignoring ``job.cancelled``.
 - ``pid_ledger``: records with ``worker`` = ``<worker>:<pid>`` (which process
   ran it: the process executor's children have pids of their own).
 - ``proc_overrun``: registered with ``executor="process"``; records like
@@ -175,9 +175,9 @@ def tx_lost_connection(job: Any) -> None:
 
 @client.task("block_async")
 async def block_async(job: Any) -> None:
-    await record_async(job)
     if job.attempt < HANG_UNTIL_ATTEMPT:
-        time.sleep(BLOCK_SECONDS)  # blocks the event loop on purpose
+        time.sleep(BLOCK_SECONDS)  # blocks the event loop on purpose, before any await
+    await record_async(job)
 
 
 @client.task("block_sync")
