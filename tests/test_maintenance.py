@@ -24,7 +24,7 @@ MakeClient = Callable[..., Client]
 
 def instance_of(client: Client) -> object:
     assert client.runtime is not None
-    return instance_of(client)
+    return client.runtime.instance_id
 
 
 def scalar(url: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
