@@ -13,11 +13,6 @@ connection before the handler goes on:
   what a killed worker left.
 - ``slow`` (async): sleep ``AWA_SLOW_SECONDS`` (default 1), then record.
 - ``crash``: record, then ``os._exit(1)``: the process dies mid-attempt.
-- ``tx_effect`` (sync) and ``tx_effect_async``: transactional; insert one row
-  into ``t_effects(job_id)`` through ``job.conn``, then sleep a random
-  0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
-- ``tx_lost_connection``: transactional (sync); records, then its transaction's
-  backend is terminated under it, as in a failover.
 - ``block_async``: first blocks the worker's event loop with
   ``time.sleep(AWA_BLOCK_SECONDS)`` (default 5) while ``job.attempt <
   AWA_HANG_UNTIL_ATTEMPT`` (handler code that is stuck, not dead), then records.
@@ -26,8 +21,12 @@ connection before the handler goes on:
   ran it: the process executor's children have pids of their own).
 - ``proc_overrun``: registered with ``executor="process"``; records like
   ``pid_ledger``, then sleeps 60 s while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``.
-
-With ``AWA_PRINT_HOOKS`` set, the ``completed`` hook prints ``hook completed job N``.
+- with ``AWA_PRINT_HOOKS`` set, the ``completed`` hook prints ``hook completed job N``.
+- ``tx_effect`` (sync) and ``tx_effect_async``: transactional; insert one row
+  into ``t_effects(job_id)`` through ``job.conn``, then sleep a random
+  0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
+- ``tx_lost_connection``: transactional (sync); records, then its transaction's
+  backend is terminated under it, as in a failover.
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
 to the short values of RELIABILITY.md's scenario conventions. Ledger
@@ -155,24 +154,6 @@ def crash(job: Any) -> None:
     os._exit(1)
 
 
-@client.task("tx_effect", transactional=True)
-def tx_effect(job: Any) -> None:
-    job.conn.execute("INSERT INTO t_effects (job_id) VALUES (%s)", (job.id,))
-    time.sleep(random.uniform(0, TX_MAX_SLEEP))
-
-
-@client.task("tx_effect_async", transactional=True)
-async def tx_effect_async(job: Any) -> None:
-    await job.conn.execute("INSERT INTO t_effects (job_id) VALUES ($1)", job.id)
-    await asyncio.sleep(random.uniform(0, TX_MAX_SLEEP))
-
-
-@client.task("tx_lost_connection", transactional=True)
-def tx_lost_connection(job: Any) -> None:
-    record(job)
-    job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-
-
 @client.task("block_async")
 async def block_async(job: Any) -> None:
     if job.attempt < HANG_UNTIL_ATTEMPT:
@@ -204,3 +185,21 @@ if os.environ.get("AWA_PRINT_HOOKS"):
     @client.on("completed")
     def print_completed(job: Any) -> None:
         print(f"hook completed job {job.id}", flush=True)
+
+
+@client.task("tx_effect", transactional=True)
+def tx_effect(job: Any) -> None:
+    job.conn.execute("INSERT INTO t_effects (job_id) VALUES (%s)", (job.id,))
+    time.sleep(random.uniform(0, TX_MAX_SLEEP))
+
+
+@client.task("tx_effect_async", transactional=True)
+async def tx_effect_async(job: Any) -> None:
+    await job.conn.execute("INSERT INTO t_effects (job_id) VALUES ($1)", job.id)
+    await asyncio.sleep(random.uniform(0, TX_MAX_SLEEP))
+
+
+@client.task("tx_lost_connection", transactional=True)
+def tx_lost_connection(job: Any) -> None:
+    record(job)
+    job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
