@@ -108,6 +108,35 @@ def test_frozen_leader_loses_its_lease_and_another_worker_rescues_and_promotes(
     assert frozen.alive()
 
 
+def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_thaw(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """The only worker, leading and holding jobs, is frozen 1.5 s (staleness 0.5 s, lease 5 s) and thawed.
+
+    It keeps its lease, but its own heartbeats went stale with it: the leader
+    notices that it was not running and waits one staleness window before
+    rescuing stale heartbeats, by which time its heartbeat thread has beaten
+    again. Its jobs keep their attempt.
+    """
+    queue = unique_queue()
+    env = {"AWA_SLOW_SECONDS": "4", "AWA_HEARTBEAT_STALENESS": "0.5", "AWA_LEADER_LEASE": "5"}
+    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    assert leader_of(worker) is worker
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    worker.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - stopped >= 1.5, 5, "a freeze longer than the staleness window")
+    finally:
+        worker.signal(signal.SIGCONT)
+    wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
+    for i in ids:
+        row = job(probe, i)
+        assert (row["attempt"], row["errors"], ledger(probe, i)) == (1, [], [(1, "w")])
+    assert not worker.logged("lost maintenance leadership")
+
+
 # -- an async handler blocking the leader's event loop -------------------------------------------
 
 

@@ -165,19 +165,20 @@ class Maintenance(threading.Thread):
         """The services, on a connection of their own, while ``term`` is valid."""
         services = build_services(self.config, self.on_rescued)
         staleness = self.config.heartbeat_staleness
+        # A pass runs each service for about its budget; longer means this thread was not running.
+        allowed = sum(s.budget for s in services) + staleness
         conn = None
-        fresh_since = last_tick = time.monotonic()
+        fresh_since = time.monotonic()
         try:
             while True:
                 try:
                     if conn is None or conn.is_closed():
                         conn = await self._connect()
                         fresh_since = time.monotonic()
-                    now = time.monotonic()
-                    if now - last_tick > staleness:  # this thread was not running: frozen or starved
-                        fresh_since = now
-                    last_tick = now
+                    started = time.monotonic()
                     await self._tick(conn, services, term, fresh_at=fresh_since + staleness)
+                    if time.monotonic() - started > allowed:  # frozen or starved mid-pass
+                        fresh_since = time.monotonic()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -189,7 +190,10 @@ class Maintenance(threading.Thread):
                     continue
                 now = time.monotonic()
                 wait = min(s.due for s in services) - now if now < term.valid_until else self.config.promote_interval
-                await asyncio.sleep(max(0.0, min(wait, self.config.promote_interval)))
+                wait = max(0.0, min(wait, self.config.promote_interval))
+                await asyncio.sleep(wait)
+                if time.monotonic() - now - wait > staleness:  # overslept: frozen (SIGSTOP) or starved
+                    fresh_since = time.monotonic()
         finally:
             if conn is not None and not conn.is_closed():
                 conn.terminate()
