@@ -157,3 +157,17 @@ def test_process_executor_is_for_plain_sync_handlers(db_url: str) -> None:
         @client.task("proc_async", executor="process")
         async def handler(job: Any) -> None:
             pass
+
+
+async def test_process_executor_refuses_a_handler_a_child_cannot_import(make_client: MakeClient) -> None:
+    client = make_client()
+
+    def make() -> Callable[[Any], None]:
+        def nested(job: Any) -> None:
+            pass
+
+        return nested
+
+    client.task("nested_kind", queue="procs")(make())
+    with pytest.raises(awa_bridge.ValidationError, match=r"queues\[procs\].executor: 'process' runs handlers"):
+        await client.start([QueueConfig("procs", executor="process")])

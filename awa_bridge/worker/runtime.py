@@ -120,9 +120,29 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------
 
+    def _check_process_handlers(self) -> None:
+        """A handler the process executor runs must be importable by name in a child: say so at start."""
+        import pickle
+
+        for handler in self.registry.handlers.values():
+            state = self.queues.get(handler.queue)
+            on_queue = state is not None and state.config.executor == "process" and handler.executor is None
+            if handler.is_async or handler.transactional or not (on_queue or handler.executor == "process"):
+                continue
+            try:
+                pickle.dumps(handler.fn)
+            except Exception:
+                field_name = "executor" if handler.executor == "process" else f"queues[{handler.queue}].executor"
+                raise ValidationError(
+                    field_name,
+                    f"'process' runs handlers in child processes, which import them by name: the handler of "
+                    f"{handler.kind!r} is not a module-level function",
+                ) from None
+
     async def start(self) -> None:
         import asyncpg
 
+        self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         size = max(4, len(self.queues) + 3)
         self.pool = await asyncpg.create_pool(
