@@ -358,3 +358,12 @@ def test_process_executor_kills_an_overrun_at_the_deadline_and_recycles_children
 
     wait_for(gone, 5, "the killed child to be gone")
     assert worker.alive()
+
+    # An operator cancels a running process attempt: its child is killed at once, not at the deadline.
+    [cancelled] = enqueue(app_db, "proc_overrun", overrun)
+    wait_for(lambda: recorded(probe, cancelled), 10, "the second overrun job to start")
+    [(_, holder)] = ledger(probe, cancelled)
+    child = int(holder.split(":")[1])
+    awa_bridge.admin.cancel_job(app_db, cancelled)
+    wait_for(gone, 2, "the cancelled attempt's child to be killed")
+    assert job(probe, cancelled)["state"] == "cancelled"

@@ -4,7 +4,9 @@ A thread cannot be stopped; a child process can. With ``executor="process"``
 (on a queue, or on one task registration) each attempt of a sync handler is
 sent to an idle child of the queue's pool; at the hard deadline the worker
 SIGKILLs the child, the attempt ends as ``DeadlineExceeded`` (retried or
-failed as its attempts say), and a fresh child takes the dead one's place. A
+failed as its attempts say), and a fresh child takes the dead one's place;
+an attempt found superseded meanwhile (rescued, cancelled by an operator) has
+its child killed too. A
 child is also replaced after ``max_tasks_per_child`` attempts, like Celery's
 prefork pool, so a handler that leaks memory cannot grow without bound.
 
@@ -24,6 +26,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +35,7 @@ from .outcomes import Outcome, outcome_of_exception
 
 log = logging.getLogger("awa_bridge.worker")
 
+POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's state
 # What a child reports: the outcome, and what the handler recorded on its job.
 Carried = tuple[Outcome, Any, bool, dict[str, Any], str | None]
 JOB_FIELDS = (
@@ -138,10 +142,7 @@ class ProcessPool:
             child.kill()
             child = self._spawn()
             child.conn.send((fn, fields))
-        if not child.conn.poll(timeout):
-            child.kill()
-            self._replace()
-            raise ChildKilled(f"the handler ran past its deadline ({timeout:.1f} s); its process was killed", True)
+        self._wait(child, job, timeout)
         try:
             carried: Carried = child.conn.recv()
         except (EOFError, OSError):
@@ -156,6 +157,22 @@ class ProcessPool:
         else:
             self._idle.put(child)
         return carried
+
+    def _wait(self, child: _Child, job: JobContext, timeout: float | None) -> None:
+        """Until the child answers; kill it at the deadline, or once the attempt is superseded."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if child.conn.poll(POLL_SLICE if left is None else max(0.0, min(left, POLL_SLICE))):
+                return
+            if job._lost:  # rescued or cancelled elsewhere (the heartbeat thread said so)
+                child.kill()
+                self._replace()
+                raise ChildKilled("the attempt was superseded; its process was killed", False)
+            if deadline is not None and time.monotonic() >= deadline:
+                child.kill()
+                self._replace()
+                raise ChildKilled(f"the handler ran past its deadline ({timeout:.1f} s); its process was killed", True)
 
     def _replace(self) -> None:
         if not self.closed:
