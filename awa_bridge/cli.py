@@ -151,7 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("target", metavar="MODULE:CLIENT", help="where the Client lives, e.g. myapp.jobs:client")
     worker.add_argument(
-        "--queue", action="append", metavar="NAME[:N]", help="a queue to run, with N workers (repeatable)"
+        "--queue",
+        action="append",
+        metavar="NAME[:N][:OPTIONS]",
+        help="a queue to run, with N workers and per-queue options as key=value,... (repeatable), e.g. "
+        "email:20:deadline=60,executor=process; options: deadline, poll_interval, max_rate, burst, min_workers, "
+        "weight, priority_aging, executor (thread|process), max_tasks_per_child",
     )
     worker.add_argument(
         "--poll-interval",

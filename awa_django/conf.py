@@ -80,6 +80,7 @@ DURATIONS = {
     "rescue_interval",
     "promote_interval",
     "leader_election_interval",
+    "leader_lease",
     "cleanup_interval",
     "drain_timeout",
     "completion_flush",

@@ -112,19 +112,21 @@ def build_client(settings: AwaSettings | None = None) -> Client:
 
 
 def parse_queue_overrides(specs: Iterable[str], settings: AwaSettings | None = None) -> tuple[QueueConfig, ...]:
-    """``--queue NAME[:N]`` values: the settings' options for NAME, with N workers if given."""
+    """``--queue NAME[:N][:key=value,...]`` values: the settings' options for NAME, overridden by those given."""
     import dataclasses
+
+    from awa_bridge.worker.config import split_queue_spec
 
     settings = settings or get_settings()
     result: list[QueueConfig] = []
     for spec in specs:
-        parsed = QueueConfig.parse(spec)
+        parsed = QueueConfig.parse(spec)  # validates the whole spec
         configured = settings.queue(parsed.name)
         if configured is None:
             result.append(parsed)
             continue
-        given_count = ":" in spec and spec.rpartition(":")[2].isdigit()
-        result.append(dataclasses.replace(configured, max_workers=parsed.max_workers) if given_count else configured)
+        _, given = split_queue_spec(spec)
+        result.append(dataclasses.replace(configured, **given))
     names = [q.name for q in result]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

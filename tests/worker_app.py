@@ -13,6 +13,15 @@ connection before the handler goes on:
   what a killed worker left.
 - ``slow`` (async): sleep ``AWA_SLOW_SECONDS`` (default 1), then record.
 - ``crash``: record, then ``os._exit(1)``: the process dies mid-attempt.
+- ``block_async``: first blocks the worker's event loop with
+  ``time.sleep(AWA_BLOCK_SECONDS)`` (default 5) while ``job.attempt <
+  AWA_HANG_UNTIL_ATTEMPT`` (handler code that is stuck, not dead), then records.
+- ``block_sync``: records, then blocks its thread the same way, ignoring ``job.cancelled``.
+- ``pid_ledger``: records with ``worker`` = ``<worker>:<pid>`` (which process
+  ran it: the process executor's children have pids of their own).
+- ``proc_overrun``: registered with ``executor="process"``; records like
+  ``pid_ledger``, then sleeps 60 s while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``.
+- with ``AWA_PRINT_HOOKS`` set, the ``completed`` hook prints ``hook completed job N``.
 - ``tx_effect`` (sync) and ``tx_effect_async``: transactional; insert one row
   into ``t_effects(job_id)`` through ``job.conn``, then sleep a random
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
@@ -49,6 +58,7 @@ WORKER = os.environ.get("AWA_WORKER_NAME") or f"pid-{os.getpid()}"
 SLOW_SECONDS = _env_float("AWA_SLOW_SECONDS", 1.0)
 HANG_UNTIL_ATTEMPT = int(os.environ.get("AWA_HANG_UNTIL_ATTEMPT") or 2)
 TX_MAX_SLEEP = _env_float("AWA_TX_MAX_SLEEP", 0.02)
+BLOCK_SECONDS = _env_float("AWA_BLOCK_SECONDS", 5.0)
 APPLICATION_NAME = f"ledger-{WORKER}"[:63]
 
 client = Client(
@@ -58,6 +68,7 @@ client = Client(
     rescue_interval=_env_float("AWA_RESCUE_INTERVAL", 0.1),
     promote_interval=_env_float("AWA_PROMOTE_INTERVAL", 0.05),
     leader_election_interval=_env_float("AWA_LEADER_ELECTION_INTERVAL", 0.2),
+    leader_lease=_env_float("AWA_LEADER_LEASE", 2.0),
     drain_timeout=_env_float("AWA_DRAIN_TIMEOUT", 5.0),
     completion_flush=_env_float("AWA_COMPLETION_FLUSH", 0.002),
 )
@@ -69,14 +80,14 @@ LEDGER_SQL = "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES (
 _local = threading.local()
 
 
-def record(job: Any) -> None:
+def record(job: Any, worker: str = WORKER) -> None:
     """Commit one ledger row for this execution (one reconnect if the server dropped us)."""
     for retry in (False, True):
         conn = getattr(_local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             conn = _local.conn = psycopg.connect(DATABASE_URL, autocommit=True, application_name=APPLICATION_NAME)
         try:
-            conn.execute(LEDGER_SQL, (job.id, job.attempt, job.run_lease, WORKER))
+            conn.execute(LEDGER_SQL, (job.id, job.attempt, job.run_lease, worker))
             return
         except psycopg.OperationalError:
             if retry:
@@ -141,6 +152,39 @@ async def slow(job: Any) -> None:
 def crash(job: Any) -> None:
     record(job)
     os._exit(1)
+
+
+@client.task("block_async")
+async def block_async(job: Any) -> None:
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(BLOCK_SECONDS)  # blocks the event loop on purpose, before any await
+    await record_async(job)
+
+
+@client.task("block_sync")
+def block_sync(job: Any) -> None:
+    record(job)
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(BLOCK_SECONDS)  # never looks at job.cancelled
+
+
+@client.task("pid_ledger")
+def pid_ledger(job: Any) -> None:
+    record(job, f"{WORKER}:{os.getpid()}")
+
+
+@client.task("proc_overrun", executor="process")
+def proc_overrun(job: Any) -> None:
+    record(job, f"{WORKER}:{os.getpid()}")
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        time.sleep(60)
+
+
+if os.environ.get("AWA_PRINT_HOOKS"):
+
+    @client.on("completed")
+    def print_completed(job: Any) -> None:
+        print(f"hook completed job {job.id}", flush=True)
 
 
 @client.task("tx_effect", transactional=True)

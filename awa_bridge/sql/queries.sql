@@ -162,6 +162,46 @@ SET state = CAST(%(state)s AS awa.job_state),
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
+-- name: heartbeat_worker
+-- The heartbeat thread's one statement per interval: this process's registry
+-- row (awa.runtime_instances, for the admin's workers page) and the heartbeat
+-- of every attempt it holds (heartbeat_jobs below, same locking rules).
+WITH instance AS (
+    INSERT INTO awa.runtime_instances AS r
+        (instance_id, hostname, pid, version, queues, jobs_held, is_leader, started_at, heartbeat_at)
+    VALUES (%(instance_id)s, %(hostname)s, %(pid)s, %(version)s, CAST(%(queues)s AS jsonb),
+            cardinality(CAST(%(ids)s AS bigint[])), %(is_leader)s, CAST(%(started_at)s AS timestamptz), now())
+    ON CONFLICT (instance_id) DO UPDATE
+    SET queues = EXCLUDED.queues, jobs_held = EXCLUDED.jobs_held, is_leader = EXCLUDED.is_leader,
+        heartbeat_at = now()
+), d AS (
+    SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
+), beat AS (
+    UPDATE awa.jobs AS j
+    SET heartbeat_at = now()
+    FROM (
+        SELECT h.id
+        FROM awa.jobs AS h JOIN d ON h.id = d.id AND h.run_lease = d.lease
+        WHERE h.state = 'running'
+        FOR UPDATE OF h SKIP LOCKED
+    ) AS free
+    WHERE j.id = free.id
+)
+SELECT j.id
+FROM awa.jobs AS j JOIN d ON j.id = d.id AND j.run_lease = d.lease
+WHERE j.state = 'running'
+
+-- name: delete_runtime_instance
+-- Clean shutdown: the process leaves the registry.
+DELETE FROM awa.runtime_instances WHERE instance_id = %(instance_id)s
+
+-- name: read_attempts
+-- After a lost connection left a write's commit unknown: where each attempt
+-- stands now (its state, and the run_lease that says whether it is still ours).
+SELECT j.id, j.state::text AS state, j.run_lease
+FROM awa.jobs AS j
+WHERE j.id = ANY(CAST(%(ids)s AS bigint[]))
+
 -- name: heartbeat_jobs
 -- Never waits for a row lock (SKIP LOCKED): a row locked right now is being
 -- finalized, rescued or released, and misses this beat only. Waiting would
@@ -209,7 +249,47 @@ RETURNING j.id
 -- ---------------------------------------------------------------------------
 
 -- name: try_leader_lock
+-- Held by the leader's lease connection: the server drops it with the session,
+-- so a candidate that gets it knows the previous holder's session is gone and
+-- may take the lease at once instead of waiting for it to expire.
 SELECT pg_try_advisory_lock(7235104991187720552) AS acquired
+
+-- name: leader_unlock
+-- A leader that lost its lease lets the advisory lock go with it.
+SELECT pg_advisory_unlock(7235104991187720552) AS released
+
+-- name: acquire_maintenance_lease
+-- Take or renew the leader's lease: renewed by its holder, taken by another
+-- process once it expired (the holder stopped renewing: dead, frozen, blocked)
+-- or when the taker holds the advisory lock above (the holder's session ended).
+-- epoch grows at every change of holder. No row returned: someone else leads.
+INSERT INTO awa.maintenance_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at)
+VALUES ('maintenance', %(holder)s, 1, now(), now(), now() + make_interval(secs => %(ttl_seconds)s))
+ON CONFLICT (name) DO UPDATE
+SET holder = EXCLUDED.holder,
+    epoch = l.epoch + CASE WHEN l.holder = EXCLUDED.holder THEN 0 ELSE 1 END,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END,
+    renewed_at = now(),
+    expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder OR l.expires_at < now() OR CAST(%(force)s AS boolean)
+RETURNING epoch, acquired_at = renewed_at AS fresh
+
+-- name: release_maintenance_lease
+-- Clean shutdown: let the next candidate take over at its next election.
+UPDATE awa.maintenance_lease SET expires_at = now()
+WHERE name = 'maintenance' AND holder = %(holder)s
+RETURNING epoch
+
+-- name: prune_runtime_instances
+-- Registry rows of processes that stopped refreshing them (died without a
+-- clean shutdown), older than the heartbeat staleness window.
+DELETE FROM awa.runtime_instances
+WHERE instance_id IN (
+    SELECT instance_id FROM awa.runtime_instances
+    WHERE heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
+    LIMIT %(limit)s
+)
+RETURNING instance_id
 
 -- name: promote_due
 -- A due job whose unique key another live job took meanwhile is cancelled as

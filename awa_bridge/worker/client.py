@@ -60,6 +60,7 @@ class Client:
         queue: str = "default",
         transactional: bool = False,
         transaction: Callable[[], Any] | None = None,
+        executor: str | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of a job kind.
 
@@ -73,11 +74,20 @@ class Client:
         context manager factory that opens a transaction and yields a
         connection the bridge supports (awa_django passes Django's
         ``atomic()``), committing on a clean exit and rolling back on an error.
+        ``executor="process"`` runs a plain sync handler in a child process that
+        is killed at the queue's deadline (default: the queue's ``executor``;
+        see ``awa_bridge.worker.processes``).
         """
 
         def decorate(fn: F) -> F:
             self.registry.register(
-                args_type, fn, kind=kind, queue=queue, transactional=transactional, transaction=transaction
+                args_type,
+                fn,
+                kind=kind,
+                queue=queue,
+                transactional=transactional,
+                transaction=transaction,
+                executor=executor,
             )
             return fn
 

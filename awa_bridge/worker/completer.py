@@ -6,6 +6,11 @@ completions carrying progress are written one by one. A write that matches no
 row means the attempt was superseded (rescued, cancelled, released): it is
 logged and never retried. A database error keeps the batch and tries again;
 the jobs stay held and heartbeated meanwhile.
+
+A write cut off by a lost connection may have committed or not. Such an
+outcome is resolved by reading the row back on a new connection (its state
+and run_lease): found as written, it is reported as applied (the log says so
+and its hook fires); still running under our lease, it is written again.
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ class Completer:
         self.on_finished = on_finished
         self.on_abandoned = on_abandoned
         self.pending: list[tuple[JobContext, Outcome]] = []
+        self.resolving: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -105,15 +111,17 @@ class Completer:
     async def run(self, stopping: asyncio.Event) -> None:
         while True:
             if not self.pending:
-                self.idle.set()
-                if stopping.is_set():
-                    return
+                if not self.resolving:
+                    self.idle.set()
+                    if stopping.is_set():
+                        return
                 self.wake.clear()
-                waiter = asyncio.ensure_future(self.wake.wait())
-                stop = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stop.cancel()
+                waits = {asyncio.ensure_future(self.wake.wait())}
+                if not self.resolving:  # a resolution in flight wakes us when it ends
+                    waits.add(asyncio.ensure_future(stopping.wait()))
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in waits:
+                    waiter.cancel()
                 continue
             if len(self.pending) < self.batch and not stopping.is_set():
                 await asyncio.sleep(self.flush_interval)  # let a batch gather
@@ -123,6 +131,8 @@ class Completer:
             except Exception as exc:
                 if is_transient(exc):
                     log.warning("finalizing %d job(s) failed (%s); retrying", len(items), exc)
+                    for ctx, _ in items:
+                        ctx._write_uncertain = True
                     self.pending[:0] = items
                     await asyncio.sleep(0.5)
                 else:
@@ -165,13 +175,85 @@ class Completer:
             results = [(c, o, c.id in done) for c, o in simple]
             for ctx, outcome in single:
                 results.append((ctx, outcome, await finalize_one(conn, ctx, outcome)))
+            unsure = [(c, o) for c, o, applied in results if not applied and c._write_uncertain]
+            confirmed = await confirm_written(conn, unsure) if unsure else set()
         for ctx, outcome, applied in results:
-            self.on_finished(ctx, outcome, applied)
+            self.on_finished(ctx, outcome, applied or ctx.id in confirmed)
+
+    def resolve(self, ctx: JobContext, intended: Outcome, failure: Outcome) -> None:
+        """The commit of ``intended`` is unknown (the connection died at commit): read the row back.
+
+        Written: reported as applied. Still running under our lease (the
+        transaction rolled back): ``failure`` is written instead. Anything
+        else: superseded.
+        """
+        self.idle.clear()
+        task = asyncio.create_task(self._resolve(ctx, intended, failure))
+        self.resolving.add(task)
+        task.add_done_callback(self._resolved)
+
+    def _resolved(self, task: asyncio.Task[None]) -> None:
+        self.resolving.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("resolving an outcome failed", exc_info=task.exception())
+        self.wake.set()
+
+    async def _resolve(self, ctx: JobContext, intended: Outcome, failure: Outcome) -> None:
+        delay = 0.1
+        while True:
+            try:
+                async with self.pool.acquire() as conn:
+                    rows = await read_attempts(conn, [ctx.id])
+                break
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        state, lease = rows.get(ctx.id, (None, None))
+        if lease == ctx.run_lease and state == intended.state:
+            log.warning(
+                "job %s: the connection was lost while committing its %s outcome; read back: %s",
+                ctx.id,
+                intended.label,
+                intended.label,
+            )
+            ctx.mark_flushed()
+            self.on_finished(ctx, intended, True)
+        elif lease == ctx.run_lease and state == "running":
+            log.warning("job %s: the connection was lost before its outcome committed; read back: not written", ctx.id)
+            self.submit(ctx, failure)
+        else:
+            self.on_finished(ctx, intended, False)
 
     async def drain(self) -> None:
         """Wait until everything submitted so far has been written."""
         self.wake.set()
         await self.idle.wait()
+
+
+async def read_attempts(conn: Any, ids: list[int]) -> dict[int, tuple[str, int]]:
+    """id -> (state, run_lease) as the database has them now."""
+    query = QUERIES["read_attempts"]
+    rows = await conn.fetch(query.numeric, *query.positional({"ids": ids}))
+    return {row["id"]: (row["state"], row["run_lease"]) for row in rows}
+
+
+async def confirm_written(conn: Any, items: list[tuple[JobContext, Outcome]]) -> set[int]:
+    """Of outcomes retried after a lost connection, the ids whose first write had committed."""
+    found = await read_attempts(conn, [c.id for c, _ in items])
+    confirmed = set()
+    for ctx, outcome in items:
+        if found.get(ctx.id) == (outcome.state, ctx.run_lease):
+            log.warning(
+                "job %s: the connection was lost while writing its %s outcome; read back: %s",
+                ctx.id,
+                outcome.label,
+                outcome.label,
+            )
+            ctx.mark_flushed()
+            confirmed.add(ctx.id)
+    return confirmed
 
 
 async def finalize_one(conn: Any, ctx: JobContext, outcome: Outcome) -> bool:

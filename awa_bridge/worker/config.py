@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ValidationError
 from ..validation import as_seconds, check_count, check_name
@@ -21,6 +22,7 @@ DEFAULT_HEARTBEAT_STALENESS_SECONDS = 90.0
 DEFAULT_RESCUE_INTERVAL_SECONDS = 30.0
 DEFAULT_PROMOTE_INTERVAL_SECONDS = 1.0
 DEFAULT_LEADER_ELECTION_INTERVAL_SECONDS = 5.0
+DEFAULT_LEADER_LEASE_SECONDS = 15.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 60.0
 DEFAULT_COMPLETED_RETENTION_SECONDS = 24 * 3600.0
 DEFAULT_FAILED_RETENTION_SECONDS = 72 * 3600.0
@@ -29,6 +31,23 @@ DEFAULT_CLAIM_BATCH = 100
 DEFAULT_COMPLETION_BATCH = 500
 DEFAULT_COMPLETION_FLUSH_SECONDS = 0.002
 MAINTENANCE_BATCH = 1000
+# A maintenance service repeats its batch until one comes back short, for at
+# most this long per pass; a pass cut short runs again at the next tick.
+MAINTENANCE_BUDGET_SECONDS = 0.5
+EXECUTORS = ("thread", "process")
+# Per-queue options the worker CLI accepts as NAME[:N][:key=value,...], with their types.
+QUEUE_OPTION_TYPES: dict[str, type] = {
+    "max_workers": int,
+    "deadline": float,
+    "poll_interval": float,
+    "max_rate": float,
+    "burst": int,
+    "min_workers": int,
+    "weight": int,
+    "priority_aging": float,
+    "executor": str,
+    "max_tasks_per_child": int,
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,8 @@ class QueueConfig:
     min_workers: int = 0
     weight: int = 1
     priority_aging: float = DEFAULT_PRIORITY_AGING_SECONDS
+    executor: str = "thread"
+    max_tasks_per_child: int | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.name)
@@ -80,6 +101,10 @@ class QueueConfig:
             )
         check_count(f"{prefix}.weight", self.weight, minimum=1)
         as_seconds(f"{prefix}.priority_aging", self.priority_aging, allow_zero=True)  # 0 disables aging
+        if self.executor not in EXECUTORS:
+            raise ValidationError(f"{prefix}.executor", f"must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.max_tasks_per_child is not None:
+            check_count(f"{prefix}.max_tasks_per_child", self.max_tasks_per_child, minimum=1)
 
     @property
     def bucket_size(self) -> int:
@@ -88,28 +113,58 @@ class QueueConfig:
 
     @classmethod
     def parse(cls, spec: str | tuple[str, int] | QueueConfig) -> QueueConfig:
-        """Accept ``"name"``, ``"name:N"``, ``("name", N)`` or a QueueConfig."""
+        """Accept ``"name"``, ``"name:N"``, ``"name[:N]:key=value,..."``, ``("name", N)`` or a QueueConfig.
+
+        The options are those of QueueConfig (``email:20:deadline=60,executor=process``).
+        """
         if isinstance(spec, QueueConfig):
             return spec
         if isinstance(spec, tuple):
             return cls(spec[0], max_workers=spec[1])
-        name, sep, count = spec.rpartition(":")
-        if sep and count.isdigit():
-            return cls(name, max_workers=int(count))
-        if sep and not count.isdigit():
-            raise ValidationError("queue", f"{spec!r}: expected NAME or NAME:N with N a positive integer")
-        return cls(spec)
+        name, options = split_queue_spec(spec)
+        return cls(name, **options)
+
+
+def split_queue_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``NAME[:N][:key=value,...]`` -> (name, options); a ValidationError names what is wrong."""
+    usage = "expected NAME, NAME:N or NAME[:N]:key=value,... with N a positive integer"
+    parts = spec.split(":")
+    options: dict[str, Any] = {}
+    if len(parts) > 1 and "=" in parts[-1]:
+        for item in parts.pop().split(","):
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or key not in QUEUE_OPTION_TYPES:
+                known = ", ".join(QUEUE_OPTION_TYPES)
+                raise ValidationError("queue", f"{spec!r}: unknown option {key!r} (options: {known})")
+            try:
+                options[key] = QUEUE_OPTION_TYPES[key](raw.strip())
+            except ValueError:
+                kind = QUEUE_OPTION_TYPES[key].__name__
+                raise ValidationError(f"queue.{key}", f"{spec!r}: {raw!r} is not a {kind}") from None
+    if len(parts) > 1:
+        count = parts.pop()
+        if not count.isdigit():
+            raise ValidationError("queue", f"{spec!r}: {usage}")
+        options["max_workers"] = int(count)
+    return ":".join(parts), options
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Process-wide timings. The heartbeat staleness must be at least 3 heartbeats."""
+    """Process-wide timings. The heartbeat staleness must be at least 3 heartbeats.
+
+    The maintenance leader renews its lease (``leader_lease`` seconds) every
+    ``leader_election_interval``; a leader that stops renewing is replaced
+    within ``leader_lease + leader_election_interval``.
+    """
 
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     heartbeat_staleness: float = DEFAULT_HEARTBEAT_STALENESS_SECONDS
     rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
     promote_interval: float = DEFAULT_PROMOTE_INTERVAL_SECONDS
     leader_election_interval: float = DEFAULT_LEADER_ELECTION_INTERVAL_SECONDS
+    leader_lease: float = DEFAULT_LEADER_LEASE_SECONDS
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL_SECONDS
     completed_retention: float = DEFAULT_COMPLETED_RETENTION_SECONDS
     failed_retention: float = DEFAULT_FAILED_RETENTION_SECONDS
@@ -127,6 +182,7 @@ class WorkerConfig:
             "rescue_interval",
             "promote_interval",
             "leader_election_interval",
+            "leader_lease",
             "cleanup_interval",
             "completed_retention",
             "failed_retention",
@@ -139,6 +195,12 @@ class WorkerConfig:
                 "heartbeat_staleness",
                 f"must be at least 3 x heartbeat_interval ({3 * self.heartbeat_interval} s), "
                 f"got {self.heartbeat_staleness} s: a live worker would be rescued",
+            )
+        if self.leader_lease < 2 * self.leader_election_interval:
+            raise ValidationError(
+                "leader_lease",
+                f"must be at least 2 x leader_election_interval ({2 * self.leader_election_interval} s), "
+                f"got {self.leader_lease} s: the leader renews its lease every election interval",
             )
         if self.global_max_workers is not None:
             check_count("global_max_workers", self.global_max_workers, minimum=1)

@@ -63,6 +63,11 @@ class JobContext:
     callback_id: str | None = field(default=None, repr=False)
     _result_json: str | None = field(default=None, repr=False)
     _on_complete: list[Any] = field(default_factory=list, repr=False)
+    # The worker's own bookkeeping of the attempt (see executor.check_start):
+    _lost: bool = field(default=False, repr=False)  # superseded in the database (heartbeat found it)
+    _started: bool = field(default=False, repr=False)  # its handler began
+    _lingering: Any = field(default=None, repr=False)  # a sync handler's thread, still running past the deadline
+    _write_uncertain: bool = field(default=False, repr=False)  # a write of its outcome was cut off
 
     # -- cancellation ------------------------------------------------------
 

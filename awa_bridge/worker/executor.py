@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StaleAttempt
-from .completer import finalize_one
+from .completer import finalize_one, is_transient
 from .context import JobContext
 from .outcomes import Outcome, error_record, outcome_of_exception, outcome_of_result
 from .registry import ArgsDecodeError, Handler
@@ -28,6 +29,51 @@ log = logging.getLogger("awa_bridge.worker")
 
 class DeadlineExceeded(Exception):
     """The attempt ran past its queue's deadline."""
+
+
+class NotStarted(Exception):
+    """The attempt ended (superseded, past its deadline, released) before its handler began: it never runs."""
+
+
+# Orders "the handler starts" against "the worker gives the attempt up", for sync handlers.
+_start_lock = threading.Lock()
+
+
+def check_start(ctx: JobContext) -> None:
+    """In memory, no round trip: raise NotStarted unless the attempt is still this worker's to run.
+
+    The heartbeat thread marks attempts it finds superseded (rescued, cancelled
+    elsewhere); the deadline and shutdown set ``job.cancelled``.
+    """
+    with _start_lock:
+        if ctx._lost:
+            raise NotStarted("superseded")
+        if ctx._cancelled.is_set() or (ctx.deadline_at is not None and ctx.deadline_at.timestamp() <= time.time()):
+            raise NotStarted("deadline")
+        ctx._started = True
+
+
+def _guarded(fn: Any, ctx: JobContext) -> Any:
+    """A sync handler, on its thread: it runs only if the attempt is still live when a thread is free."""
+    check_start(ctx)
+    return fn(ctx)
+
+
+def give_up(ctx: JobContext) -> bool:
+    """Mark the attempt given up; True if its handler had already started."""
+    with _start_lock:
+        ctx._cancelled.set()
+        return ctx._started
+
+
+def not_started(runtime: Runtime, ctx: JobContext, reason: str) -> Outcome | None:
+    """An attempt that never ran: let a superseded one go; hand the others back unspent."""
+    if reason == "superseded":
+        log.info("job %s: attempt %s was superseded before its handler started; not running it", ctx.id, ctx.attempt)
+        runtime.abandon(ctx)
+        return None
+    log.warning("job %s: attempt %s reached its deadline before a handler slot was free; released", ctx.id, ctx.attempt)
+    return Outcome("available", refund=True, label="released")
 
 
 def failed_at_once(ctx: JobContext, message: str, exc: BaseException | None = None) -> Outcome:
@@ -48,10 +94,21 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
         ctx.args = handler.decode(ctx.raw_args)
     except ArgsDecodeError as exc:
         return failed_at_once(ctx, str(exc), exc)
+    try:
+        return await _run_handler(runtime, handler, ctx)
+    except NotStarted as exc:
+        return not_started(runtime, ctx, str(exc))
+
+
+async def _run_handler(runtime: Runtime, handler: Handler, ctx: JobContext) -> Outcome | None:
+    if handler.is_async:
+        check_start(ctx)  # the loop may have been blocked since the claim
     runtime.hooks.fire("started", ctx)
     if handler.transactional:
         await run_transactional(runtime, handler, ctx)
         return None
+    if not handler.is_async and runtime.executor_of(handler, ctx.queue) == "process":
+        return await run_in_process(runtime, handler, ctx)
     try:
         result = await _invoke(runtime, handler, ctx)
     except DeadlineExceeded as exc:
@@ -87,17 +144,46 @@ async def _invoke(runtime: Runtime, handler: Handler, ctx: JobContext) -> Any:
     timeout = seconds_left(ctx)
     if handler.is_async:
         return await _invoke_async(handler, ctx, timeout)
-    work = runtime.threads.submit(runtime.loop, handler.fn, ctx)
+    work = runtime.threads.submit(runtime.loop, _guarded, handler.fn, ctx)
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
     except TimeoutError:
-        ctx._cancelled.set()
-        work.cancel()  # a sync handler only sees job.cancelled
+        if not give_up(ctx):  # still waiting for a thread: it will never start
+            raise NotStarted("deadline") from None
+        # A sync handler only sees job.cancelled. Until its thread returns it
+        # keeps its slot, so the worker never claims more than it can run.
+        ctx._lingering = work
+        work.add_done_callback(_consume)
         raise DeadlineExceeded(DEADLINE_MESSAGE) from None
     except asyncio.CancelledError:
         ctx._cancelled.set()
         work.cancel()
         raise
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve the late result of an abandoned sync handler (nobody awaits it any more)."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def run_in_process(runtime: Runtime, handler: Handler, ctx: JobContext) -> Outcome:
+    """A sync handler in a child process, killed at the hard deadline (``executor="process"``)."""
+    from .processes import ChildKilled, apply_carried
+
+    pool = runtime.process_pool(ctx.queue)
+
+    def attempt() -> Any:
+        check_start(ctx)
+        return pool.run(handler.fn, ctx, seconds_left(ctx))
+
+    try:
+        carried = await runtime.threads.submit(runtime.loop, attempt)
+    except ChildKilled as exc:
+        ctx._cancelled.set()
+        error: Exception = DeadlineExceeded(f"{DEADLINE_MESSAGE} ({exc})") if exc.overran else exc
+        return outcome_of_exception(error, ctx.attempt, ctx.max_attempts)
+    return apply_carried(ctx, carried)
 
 
 async def _invoke_async(handler: Handler, ctx: JobContext, timeout: float | None) -> Any:
@@ -170,7 +256,11 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            runtime.completer.submit(ctx, outcome_of_exception(exc, ctx.attempt, ctx.max_attempts))
+            failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+            if outcome is not None and is_transient(exc):  # lost at or after the commit: read it back
+                runtime.completer.resolve(ctx, outcome, failure)
+            else:
+                runtime.completer.submit(ctx, failure)
             return
     runtime.finished(ctx, outcome, True)
 
@@ -214,6 +304,7 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
     from ..sql import QUERIES
     from .completer import completion, finish_params
 
+    check_start(ctx)
     begin = handler.transaction or runtime.sync_transaction
     outcome: Outcome | None = None
     try:
@@ -235,8 +326,12 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
         runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome or Outcome("completed"), False)
         return
-    except psycopg.OperationalError:
-        raise
+    except psycopg.OperationalError as exc:
+        if outcome is None:
+            raise  # lost before the outcome was written: nothing can have committed
+        failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+        runtime.loop.call_soon_threadsafe(runtime.completer.resolve, ctx, outcome, failure)
+        return
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)

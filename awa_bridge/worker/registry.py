@@ -11,6 +11,7 @@ from typing import Any
 
 from ..args import derive_kind
 from ..errors import ValidationError
+from .config import EXECUTORS
 
 
 class ArgsDecodeError(Exception):
@@ -28,6 +29,8 @@ class Handler:
     # For sync transactional handlers: opens the finalization transaction and
     # yields its connection (None: a psycopg connection from the worker's pool).
     transaction: Callable[[], AbstractContextManager[Any]] | None = None
+    # "thread" or "process" for a sync handler; None: the queue's executor.
+    executor: str | None = None
 
     def decode(self, args: Any) -> Any:
         """Build the handler's args object from the stored JSON."""
@@ -63,6 +66,7 @@ class Registry:
         queue: str = "default",
         transactional: bool = False,
         transaction: Callable[[], AbstractContextManager[Any]] | None = None,
+        executor: str | None = None,
     ) -> Handler:
         if isinstance(target, str):
             args_type, resolved = None, kind or target
@@ -73,6 +77,12 @@ class Registry:
         is_async = inspect.iscoroutinefunction(fn)
         if transaction is not None and (is_async or not transactional):
             raise ValueError("transaction= is for sync handlers registered with transactional=True")
+        if executor is not None and executor not in EXECUTORS:
+            raise ValidationError("executor", f"must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        if executor == "process" and (is_async or transactional):
+            raise ValidationError(
+                "executor", "'process' is for plain sync handlers (not async, not transactional=True)"
+            )
         if resolved in self.handlers:
             raise ValidationError("kind", f"a handler for {resolved!r} is already registered")
         handler = Handler(
@@ -83,6 +93,7 @@ class Registry:
             is_async=is_async,
             transactional=transactional,
             transaction=transaction,
+            executor=executor,
         )
         self.handlers[resolved] = handler
         return handler

@@ -3,8 +3,13 @@
 One producer per queue claims up to its free slots in one statement (woken by
 NOTIFY, by freed slots while a backlog remains, or by its poll interval);
 each claimed attempt runs as a task; the completer writes outcomes in
-batches; the heartbeat thread keeps held attempts alive; the maintenance
-leader (in whichever process holds the lock) promotes, rescues and cleans up.
+batches; the heartbeat thread keeps held attempts alive and this process's
+row in the worker registry fresh; the maintenance thread (leading in
+whichever process holds the lease) promotes, rescues and cleans up.
+
+A slot is held from the claim until the attempt's handler has really
+returned: a sync handler still blocked past its deadline keeps counting
+against its queue, so the worker never claims work it has no thread for.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +52,6 @@ class QueueState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: int = 0
     backlog: bool = False  # the last claim filled its batch: more may be waiting
-    claimed: int = 0
     pending: int = 0  # slots held for a claim in flight (the global limit counts them)
     bucket: TokenBucket | None = None
     next_aging: float = 0.0
@@ -102,19 +107,42 @@ class Runtime:
         self.inflight_lock = threading.Lock()
         self.stopping = asyncio.Event()
         self.claiming = True
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.instance_id = uuid.uuid4()
         self.services: list[asyncio.Task[Any]] = []
         self.attempts: set[asyncio.Task[Any]] = set()
         self._sync_pool: Any = None
         self._tx_pool: Any = None
         self._tx_pool_lock = asyncio.Lock()
+        self._process_pools: dict[str, Any] = {}
+        self._process_pools_lock = threading.Lock()
+        self.maintenance: Maintenance | None = None
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------
 
+    def _check_process_handlers(self) -> None:
+        """A handler the process executor runs must be importable by name in a child: say so at start."""
+        import pickle
+
+        for handler in self.registry.handlers.values():
+            state = self.queues.get(handler.queue)
+            on_queue = state is not None and state.config.executor == "process" and handler.executor is None
+            if handler.is_async or handler.transactional or not (on_queue or handler.executor == "process"):
+                continue
+            try:
+                pickle.dumps(handler.fn)
+            except Exception:
+                field_name = "executor" if handler.executor == "process" else f"queues[{handler.queue}].executor"
+                raise ValidationError(
+                    field_name,
+                    f"'process' runs handlers in child processes, which import them by name: the handler of "
+                    f"{handler.kind!r} is not a module-level function",
+                ) from None
+
     async def start(self) -> None:
         import asyncpg
 
+        self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         size = max(4, len(self.queues) + 3)
         self.pool = await asyncpg.create_pool(
@@ -125,16 +153,26 @@ class Runtime:
         self.completer = Completer(
             self.pool, self.config.completion_batch, self.config.completion_flush, self.finished, self.abandon
         )
-        self.heartbeat = HeartbeatThread(self.database_url, self.config.heartbeat_interval, self.held, self._superseded)
+        if self.config.maintenance:
+            self.maintenance = Maintenance(self.database_url, self.config, self.instance_id, self._rescued_elsewhere)
+            self.maintenance.start()
+        self.heartbeat = HeartbeatThread(
+            self.database_url,
+            self.config.heartbeat_interval,
+            self.held,
+            self._superseded,
+            self._describe,
+            self.instance_id,
+        )
         self.heartbeat.start()
         self.listener = Listener(self.database_url, self._notified)
-        self.maintenance = Maintenance(self.database_url, self.config, self._rescued)
         self.services = [
             asyncio.create_task(self.completer.run(self.stopping), name="awa-completer"),
             asyncio.create_task(self.listener.run(self.stopping), name="awa-listener"),
         ]
-        if self.config.maintenance:
-            self.services.append(asyncio.create_task(self.maintenance.run(self.stopping), name="awa-maintenance"))
+        for state in self.queues.values():
+            if state.config.executor == "process":
+                self.process_pool(state.name).warm(state.config.max_workers)
         self.producers = [
             asyncio.create_task(self._produce(state), name=f"awa-producer-{name}")
             for name, state in self.queues.items()
@@ -165,8 +203,12 @@ class Runtime:
         await self.completer.drain()
         self.stopping.set()
         await asyncio.gather(*self.services, return_exceptions=True)
-        self.heartbeat.stop()
+        if self.maintenance is not None:
+            await asyncio.to_thread(self.maintenance.stop)
+        await asyncio.to_thread(self.heartbeat.stop)
         self.threads.shutdown()
+        for pool in self._process_pools.values():
+            pool.shutdown()
         await self.pool.close()
         if self._tx_pool is not None:
             await self._tx_pool.close()
@@ -270,7 +312,6 @@ class Runtime:
         with self.inflight_lock:
             self.inflight[ctx.id] = ctx
         state.running += 1
-        state.claimed += 1
         task = asyncio.create_task(self._execute(state, ctx))
         ctx._task = task
         self.attempts.add(task)
@@ -291,16 +332,23 @@ class Runtime:
             else:
                 outcome = Outcome("retryable", delay=1.0, error=error, label="retried")
         finally:
-            state.running -= 1
-            if state.backlog and state.free >= max(1, min(self.config.claim_batch, state.config.max_workers) // 4):
-                state.wake.set()
-            if self.config.global_max_workers is not None:
-                # A slot freed under the global limit may be another queue's to take.
-                for other in self.queues.values():
-                    if other.backlog:
-                        other.wake.set()
+            lingering = ctx._lingering
+            if lingering is not None and not lingering.done():
+                lingering.add_done_callback(lambda _: self._free_slot(state))
+            else:
+                self._free_slot(state)
         if outcome is not None:
             self.completer.submit(ctx, outcome)
+
+    def _free_slot(self, state: QueueState) -> None:
+        state.running -= 1
+        if state.backlog and state.free >= max(1, min(self.config.claim_batch, state.config.max_workers) // 4):
+            state.wake.set()
+        if self.config.global_max_workers is not None:
+            # A slot freed under the global limit may be another queue's to take.
+            for other in self.queues.values():
+                if other.backlog:
+                    other.wake.set()
 
     # -- callbacks from the services -------------------------------------------
 
@@ -333,16 +381,49 @@ class Runtime:
             return [(c.id, c.run_lease) for c in self.inflight.values()]
 
     def _superseded(self, ids: set[int]) -> None:
+        """From the heartbeat thread: these attempts are no longer ours (their handlers must not start)."""
         with self.inflight_lock:
             for job_id in ids:
                 ctx = self.inflight.get(job_id)
                 if ctx is not None:
+                    ctx._lost = True
                     ctx._cancelled.set()
+
+    def _describe(self) -> dict[str, Any]:
+        """From the heartbeat thread: what this process's registry row says besides its jobs."""
+        queues = [
+            {"name": q.name, "max_workers": q.config.max_workers, "running": q.running} for q in self.queues.values()
+        ]
+        leader = self.maintenance is not None and self.maintenance.is_leader
+        return {"queues": json.dumps(queues), "is_leader": leader}
+
+    def executor_of(self, handler: Any, queue: str) -> str:
+        """Where a sync handler runs: its registration's executor, else its queue's."""
+        if handler.executor is not None:
+            return str(handler.executor)
+        state = self.queues.get(queue)
+        return state.config.executor if state is not None else "thread"
+
+    def process_pool(self, queue: str) -> Any:
+        """The child processes of ``queue`` (created on first use; see ``processes``)."""
+        from .processes import ProcessPool
+
+        with self._process_pools_lock:
+            pool = self._process_pools.get(queue)
+            if pool is None:
+                state = self.queues.get(queue)
+                per_child = state.config.max_tasks_per_child if state is not None else None
+                pool = self._process_pools[queue] = ProcessPool(queue, per_child)
+        return pool
 
     def _notified(self, queue: str) -> None:
         state = self.queues.get(queue)
         if state is not None:
             state.wake.set()
+
+    def _rescued_elsewhere(self, rows: list[Any]) -> None:
+        """From the maintenance thread: fire the ``rescued`` hooks on the worker's loop."""
+        self.loop.call_soon_threadsafe(self._rescued, rows)
 
     def _rescued(self, rows: list[Any]) -> None:
         for row in rows:

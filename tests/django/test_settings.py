@@ -117,3 +117,17 @@ def test_system_checks(settings) -> None:
     messages = {m.id: m for m in checks.run_checks() if m.id and m.id.startswith("awa_django")}
     assert "awa_django.W001" in messages
     assert "DATABASE_ROUTERS" in messages["awa_django.W001"].hint
+
+
+def test_queue_overrides_take_the_deadline_and_other_options() -> None:
+    """``awa_worker --queue email:3:deadline=60,executor=process`` overrides those options of AWA['QUEUES']."""
+    from awa_django.worker import parse_queue_overrides
+
+    parsed = parse_settings({"QUEUES": {"email": {"max_workers": 5, "deadline": 30, "poll_interval": 0.5}}})
+    [email, other] = parse_queue_overrides(["email:3:deadline=60,executor=process", "other:deadline=2"], parsed)
+    assert (email.max_workers, email.deadline, email.executor, email.poll_interval) == (3, 60.0, "process", 0.5)
+    assert (other.max_workers, other.deadline) == (10, 2.0)
+    [kept] = parse_queue_overrides(["email:deadline=90"], parsed)
+    assert (kept.max_workers, kept.deadline) == (5, 90.0)
+    settings = parse_settings({"QUEUES": {"email": {"deadline": 60, "executor": "process", "max_tasks_per_child": 9}}})
+    assert settings.queue("email").max_tasks_per_child == 9

@@ -1,4 +1,4 @@
-"""Leader-only maintenance: promote, rescue, cleanup; one concern per module."""
+"""Leader-only maintenance: the lease and its thread, and one small service per concern."""
 
 from .leader import Maintenance
 

@@ -1,57 +1,99 @@
-"""Maintenance leader election and the maintenance loop.
+"""Maintenance leadership: a lease renewed in the database, on a thread of its own.
 
-One process per database holds a session-level advisory lock on its own
-connection and runs the maintenance services; the others retry every
-election interval. If the leader dies its connection closes, the lock is
-released, and another process takes over at its next election attempt.
+Maintenance never depends on handler code being well behaved: it runs on its
+own thread, with its own event loop and connections, so an async handler
+that blocks the worker's loop (``time.sleep``) or a loop starved of CPU
+stalls nothing but its own jobs.
+
+Leadership is the row of ``awa.maintenance_lease``: the leader renews it
+every ``leader_election_interval``; it lasts ``leader_lease`` seconds. A
+leader that stops renewing (SIGSTOP-frozen, blocked, starved, cut off) loses
+it when it expires, and the next candidate to try takes it over: within
+``leader_lease + leader_election_interval`` of the last renewal. The lease
+connection also holds a session advisory lock; a candidate that gets that
+lock knows the holder's session is gone (killed process, terminated backend)
+and takes the lease at once, at its next election.
+
+Stale-heartbeat rescue (and pruning the worker registry) waits until the
+leader has had one staleness window of continuous view of the database: after
+it becomes leader, after its connection comes back from an outage, and after
+it was itself not running for longer than the window. Live workers cut off
+only by an outage beat again meanwhile and keep their jobs; the jobs of a
+worker that really died are still rescued once the window has passed.
+Deadline and callback-timeout rescue need no such wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
-from .cleanup import delete_finished
-from .cron import fire_due_schedules
-from .promote import promote_due
-from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
+from .services import Service, build_services
 
 log = logging.getLogger("awa_bridge.worker")
 
 
-class Maintenance:
+@dataclass
+class Term:
+    """One run of leadership: its epoch and until when this process may act on it."""
+
+    epoch: int
+    valid_until: float  # monotonic: last renewal sent + leader_lease
+
+
+class Maintenance(threading.Thread):
+    """The election and, while this process leads, the maintenance services."""
+
     def __init__(
         self,
         database_url: str,
         config: WorkerConfig,
+        instance_id: uuid.UUID,
         on_rescued: Callable[[list[Any]], None],
     ) -> None:
+        super().__init__(name="awa-maintenance", daemon=True)
         self.database_url = database_url
         self.config = config
-        self.on_rescued = on_rescued
+        self.instance_id = instance_id
+        self.on_rescued = on_rescued  # called on this thread
         self.is_leader = False
-        self.ticks = 0
+        self._stop_requested = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        import asyncpg
+    def stop(self, timeout: float = 5.0) -> None:
+        """Give the lease up (a clean handover) and end the thread."""
+        self._stop_requested.set()
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(stopping.set)
+        if self.is_alive():
+            self.join(timeout)
 
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._stopping = stopping = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if self._stop_requested.is_set():
+            return
         while not stopping.is_set():
             conn = None
             try:
-                conn = await asyncpg.connect(self.database_url, server_settings={"application_name": "awa-maintenance"})
-                while not stopping.is_set():
-                    if await conn.fetchval(QUERIES["try_leader_lock"].numeric):
-                        log.info("became the maintenance leader")
-                        self.is_leader = True
-                        await self._lead(conn, stopping)
-                        return
-                    await sleep_unless(stopping, self.config.leader_election_interval)
+                conn = await self._connect()
+                await self._elect(conn, stopping)
             except Exception as exc:
                 if self.is_leader:
                     log.warning("lost maintenance leadership (%s)", exc)
@@ -64,34 +106,106 @@ class Maintenance:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()  # closing the session releases the advisory lock
 
-    async def _lead(self, conn: Any, stopping: asyncio.Event) -> None:
-        cfg = self.config
-        next_rescue = next_cleanup = 0.0
+    async def _connect(self) -> Any:
+        import asyncpg
+
+        return await asyncpg.connect(self.database_url, server_settings={"application_name": "awa-maintenance"})
+
+    async def _acquire(self, conn: Any, force: bool) -> Any:
+        query = QUERIES["acquire_maintenance_lease"]
+        params = {"holder": self.instance_id, "ttl_seconds": float(self.config.leader_lease), "force": force}
+        return await conn.fetchrow(query.numeric, *query.positional(params))
+
+    async def _elect(self, conn: Any, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            locked = bool(await conn.fetchval(QUERIES["try_leader_lock"].numeric))
+            sent = time.monotonic()
+            row = await self._acquire(conn, force=locked)
+            if row is not None:
+                term = Term(row["epoch"], sent + self.config.leader_lease)
+                await self._lead(conn, term, locked, stopping)
+                if stopping.is_set():
+                    return
+            elif locked:
+                await conn.fetchval(QUERIES["leader_unlock"].numeric)
+            await sleep_unless(stopping, self.config.leader_election_interval)
+
+    async def _lead(self, conn: Any, term: Term, locked: bool, stopping: asyncio.Event) -> None:
+        """Renew the lease while the services run; return when it is lost or the worker stops."""
+        self.is_leader = True
+        log.info("became the maintenance leader (lease epoch %s)", term.epoch)
+        services = asyncio.create_task(self._serve(term), name="awa-maintenance-services")
+        try:
+            while not stopping.is_set():
+                await sleep_unless(stopping, self.config.leader_election_interval)
+                if stopping.is_set():
+                    break
+                if not locked:  # took the lease by expiry: the old holder may still hold the lock
+                    locked = bool(await conn.fetchval(QUERIES["try_leader_lock"].numeric))
+                sent = time.monotonic()
+                row = await self._acquire(conn, force=False)
+                if row is None or row["epoch"] != term.epoch:
+                    log.warning(
+                        "lost maintenance leadership: the lease (epoch %s) expired and passed to another worker",
+                        term.epoch,
+                    )
+                    break
+                term.valid_until = sent + self.config.leader_lease
+            if stopping.is_set():
+                release = QUERIES["release_maintenance_lease"]
+                await conn.fetchrow(release.numeric, *release.positional({"holder": self.instance_id}))
+        finally:
+            services.cancel()
+            await asyncio.gather(services, return_exceptions=True)
+            self.is_leader = False
+        if locked and not stopping.is_set():
+            await conn.fetchval(QUERIES["leader_unlock"].numeric)
+
+    async def _serve(self, term: Term) -> None:
+        """The services, on a connection of their own, while ``term`` is valid."""
+        services = build_services(self.config, self.on_rescued)
+        staleness = self.config.heartbeat_staleness
+        # A pass runs each service for about its budget; longer means this thread was not running.
+        allowed = sum(s.budget for s in services) + staleness
+        conn = None
+        fresh_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await self._connect()
+                        fresh_since = time.monotonic()
+                    started = time.monotonic()
+                    await self._tick(conn, services, term, fresh_at=fresh_since + staleness)
+                    if time.monotonic() - started > allowed:  # frozen or starved mid-pass
+                        fresh_since = time.monotonic()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("maintenance pass failed (%s); retrying", exc)
+                    if conn is not None and not conn.is_closed():
+                        conn.terminate()
+                    conn = None
+                    await asyncio.sleep(min(self.config.leader_election_interval, 1.0))
+                    continue
+                now = time.monotonic()
+                wait = min(s.due for s in services) - now if now < term.valid_until else self.config.promote_interval
+                wait = max(0.0, min(wait, self.config.promote_interval))
+                await asyncio.sleep(wait)
+                if time.monotonic() - now - wait > staleness:  # overslept: frozen (SIGSTOP) or starved
+                    fresh_since = time.monotonic()
+        finally:
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+
+    @staticmethod
+    async def _tick(conn: Any, services: list[Service], term: Term, fresh_at: float) -> None:
+        """Run the services that are due; ``fresh_at``: when the view of heartbeats is fresh again."""
+        for service in services:
             now = time.monotonic()
-            await promote_due(conn)
-            await fire_due_schedules(conn)
-            if now >= next_rescue:
-                rescued = await rescue_stale_heartbeats(conn, cfg.heartbeat_staleness)
-                rescued += await rescue_expired_deadlines(conn)
-                rescued += await rescue_callback_timeouts(conn)
-                if rescued:
-                    for row in rescued:
-                        log.warning(
-                            "rescued job %s (%s on %s, attempt %s) -> %s",
-                            row["id"],
-                            row["kind"],
-                            row["queue"],
-                            row["attempt"],
-                            row["state"],
-                        )
-                    self.on_rescued(rescued)
-                    await promote_due(conn)
-                next_rescue = now + cfg.rescue_interval
-            if now >= next_cleanup:
-                deleted = await delete_finished(conn, cfg.completed_retention, cfg.failed_retention)
-                if deleted:
-                    log.info("deleted %d finished jobs past retention", deleted)
-                next_cleanup = now + cfg.cleanup_interval
-            self.ticks += 1
-            await sleep_unless(stopping, cfg.promote_interval)
+            if now >= term.valid_until:
+                return  # the lease may have passed on: act again only after a renewal
+            if service.needs_fresh_view and now < fresh_at:
+                service.due = max(service.due, fresh_at)
+            if service.due <= now:
+                await service.run_pass(conn)

@@ -31,9 +31,10 @@ class Command(AwaCommand):
             "-q",
             action="append",
             default=[],
-            metavar="NAME[:N]",
+            metavar="NAME[:N][:OPTIONS]",
             help="run this queue instead of the configured ones, with N concurrent jobs (default: the queue's "
-            "max_workers in AWA['QUEUES'], else 10); repeat for several queues",
+            "max_workers in AWA['QUEUES'], else 10) and per-queue options as key=value,... overriding "
+            "AWA['QUEUES'] (e.g. email:20:deadline=60); repeat for several queues",
         )
         parser.add_argument(
             "--drain-timeout",

@@ -1,0 +1,177 @@
+"""The leader's maintenance services, one small class each.
+
+A service's pass repeats its batch until a batch comes back short (or the
+pass has used its time budget), so each keeps up with any rate the workers
+reach: retention cleanup deletes as fast as jobs finish, not 1,000 rows per
+interval. A pass cut off by the budget leaves a backlog; the service is then
+due again at the next tick instead of after its interval, interleaved with
+the others on the leader's connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...sql import QUERIES
+from ..config import MAINTENANCE_BATCH, MAINTENANCE_BUDGET_SECONDS, WorkerConfig
+from .cleanup import delete_finished
+from .cron import fire_due_schedules
+from .promote import promote_due
+from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
+
+log = logging.getLogger("awa_bridge.worker")
+
+Rescued = Callable[[list[Any]], None]
+
+
+class Service:
+    """One maintenance concern: a batch statement, its interval, and the loop that repeats it."""
+
+    name = "service"
+    batch = MAINTENANCE_BATCH
+    # Rescuing stale heartbeats needs a continuous view of the database (see Leader).
+    needs_fresh_view = False
+
+    def __init__(self, interval: float, budget: float = MAINTENANCE_BUDGET_SECONDS) -> None:
+        self.interval = interval
+        self.budget = budget
+        self.due = 0.0  # monotonic time of the next pass
+
+    async def run_batch(self, conn: Any) -> int:
+        """One batch; returns how many rows it handled."""
+        raise NotImplementedError
+
+    async def run_pass(self, conn: Any) -> int:
+        """Batches until one comes back short or the budget is spent; schedules the next pass."""
+        started = time.monotonic()
+        total = 0
+        while True:
+            handled = await self.run_batch(conn)
+            total += handled
+            backlog = handled >= self.batch
+            if not backlog or time.monotonic() - started >= self.budget:
+                break
+        self.due = time.monotonic() + (0.0 if backlog else self.interval)
+        return total
+
+
+class Promote(Service):
+    name = "promote"
+
+    async def run_batch(self, conn: Any) -> int:
+        return sum((await promote_due(conn, self.batch)).values())
+
+
+class _Rescue(Service):
+    """A rescue: the rows it moved are logged and reported (the ``rescued`` hook), then promoted."""
+
+    def __init__(self, interval: float, on_rescued: Rescued) -> None:
+        super().__init__(interval)
+        self.on_rescued = on_rescued
+
+    async def rescue(self, conn: Any) -> list[Any]:
+        raise NotImplementedError
+
+    async def run_batch(self, conn: Any) -> int:
+        rows = await self.rescue(conn)
+        for row in rows:
+            log.warning(
+                "rescued job %s (%s on %s, attempt %s) -> %s",
+                row["id"],
+                row["kind"],
+                row["queue"],
+                row["attempt"],
+                row["state"],
+            )
+        if rows:
+            self.on_rescued(rows)
+            await promote_due(conn, self.batch)
+        return len(rows)
+
+
+class RescueStaleHeartbeats(_Rescue):
+    name = "rescue_stale_heartbeats"
+    needs_fresh_view = True
+
+    def __init__(self, interval: float, on_rescued: Rescued, staleness: float) -> None:
+        super().__init__(interval, on_rescued)
+        self.staleness = staleness
+
+    async def rescue(self, conn: Any) -> list[Any]:
+        return await rescue_stale_heartbeats(conn, self.staleness, self.batch)
+
+
+class RescueDeadlines(_Rescue):
+    name = "rescue_deadlines"
+
+    async def rescue(self, conn: Any) -> list[Any]:
+        return await rescue_expired_deadlines(conn, self.batch)
+
+
+class RescueCallbackTimeouts(_Rescue):
+    name = "rescue_callback_timeouts"
+
+    async def rescue(self, conn: Any) -> list[Any]:
+        return await rescue_callback_timeouts(conn, self.batch)
+
+
+class Cleanup(Service):
+    name = "cleanup"
+    batch = 10 * MAINTENANCE_BATCH  # deletes touch no live job: larger batches, fewer round trips
+
+    def __init__(self, interval: float, completed_retention: float, failed_retention: float) -> None:
+        super().__init__(interval)
+        self.completed_retention = completed_retention
+        self.failed_retention = failed_retention
+
+    async def run_batch(self, conn: Any) -> int:
+        return await delete_finished(conn, self.completed_retention, self.failed_retention, self.batch)
+
+    async def run_pass(self, conn: Any) -> int:
+        deleted = await super().run_pass(conn)
+        if deleted:
+            log.info("deleted %d finished jobs past retention", deleted)
+        return deleted
+
+
+class PruneInstances(Service):
+    """Registry rows of workers that died without a clean shutdown."""
+
+    name = "prune_instances"
+    needs_fresh_view = True
+
+    def __init__(self, interval: float, staleness: float) -> None:
+        super().__init__(interval)
+        self.staleness = staleness
+
+    async def run_batch(self, conn: Any) -> int:
+        query = QUERIES["prune_runtime_instances"]
+        params = {"staleness_seconds": float(self.staleness), "limit": self.batch}
+        return len(await conn.fetch(query.numeric, *query.positional(params)))
+
+
+class Cron(Service):
+    """Due periodic jobs; one pass per tick (``fire_due_schedules`` bounds its own catch-up)."""
+
+    name = "cron"
+
+    async def run_batch(self, conn: Any) -> int:
+        await fire_due_schedules(conn)
+        return 0
+
+
+def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
+    """Every service with its interval, in the order a tick runs them."""
+    cfg = config
+    return [
+        Promote(cfg.promote_interval),
+        Cron(cfg.promote_interval),
+        RescueDeadlines(cfg.rescue_interval, on_rescued),
+        RescueCallbackTimeouts(cfg.rescue_interval, on_rescued),
+        RescueStaleHeartbeats(cfg.rescue_interval, on_rescued, cfg.heartbeat_staleness),
+        PruneInstances(cfg.rescue_interval, cfg.heartbeat_staleness),
+        Cleanup(cfg.cleanup_interval, cfg.completed_retention, cfg.failed_retention),
+    ]

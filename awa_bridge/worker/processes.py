@@ -1,0 +1,202 @@
+"""The process executor: sync handlers in child processes that can be killed.
+
+A thread cannot be stopped; a child process can. With ``executor="process"``
+(on a queue, or on one task registration) each attempt of a sync handler is
+sent to an idle child of the queue's pool; at the hard deadline the worker
+SIGKILLs the child, the attempt ends as ``DeadlineExceeded`` (retried or
+failed as its attempts say), and a fresh child takes the dead one's place;
+an attempt found superseded meanwhile (rescued, cancelled by an operator) has
+its child killed too. A
+child is also replaced after ``max_tasks_per_child`` attempts, like Celery's
+prefork pool, so a handler that leaks memory cannot grow without bound.
+
+The entry point is small on purpose (``ProcessPool.run``: a function, the
+job, the seconds it may take), so that Celery's hard ``time_limit`` can map
+onto it. Children are started with ``spawn`` (safe beside the worker's
+threads) and import the handler's module; the handler must be a module-level
+function. In a child, ``job.set_progress``, ``update_metadata`` and
+``set_result`` are carried back with the outcome; ``flush_progress`` and
+``register_callback`` need the worker's loop and are not available there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .context import JobContext
+from .outcomes import Outcome, outcome_of_exception
+
+log = logging.getLogger("awa_bridge.worker")
+
+POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's state
+# What a child reports: the outcome, and what the handler recorded on its job.
+Carried = tuple[Outcome, Any, bool, dict[str, Any], str | None]
+JOB_FIELDS = (
+    "id",
+    "kind",
+    "queue",
+    "args",
+    "raw_args",
+    "attempt",
+    "max_attempts",
+    "priority",
+    "metadata",
+    "tags",
+    "run_lease",
+    "progress",
+    "deadline_at",
+)
+
+
+class ChildKilled(Exception):
+    """The handler's child process was killed at the hard deadline (``overran``) or died."""
+
+    def __init__(self, message: str, overran: bool) -> None:
+        super().__init__(message)
+        self.overran = overran
+
+
+def _child_main(conn: Any) -> None:
+    """A child's loop: run one attempt per message until the pipe closes or says stop."""
+    from .executor import outcome_for
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        fn, fields = message
+        job = JobContext(**fields)
+        try:
+            outcome = outcome_for(job, fn(job))
+        except BaseException as exc:
+            outcome = outcome_of_exception(exc, job.attempt, job.max_attempts)
+        conn.send((outcome, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
+
+
+class _Child:
+    def __init__(self, context: Any, name: str) -> None:
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=_child_main, args=(child_conn,), name=name, daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.tasks = 0
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def retire(self) -> None:
+        """Ask the child to exit; not waited for (the next start reaps it)."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.conn.close()
+
+
+class ProcessPool:
+    """Children for one queue's sync handlers; ``run`` is called from the worker's handler threads."""
+
+    def __init__(self, name: str, max_tasks_per_child: int | None = None) -> None:
+        self.name = name
+        self.max_tasks_per_child = max_tasks_per_child
+        self._context = multiprocessing.get_context("spawn")
+        self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._spawned = 0
+        self.closed = False
+
+    def warm(self, count: int) -> None:
+        """Start ``count`` children now, so the first attempts do not wait for an interpreter."""
+        for _ in range(count):
+            self._idle.put(self._spawn())
+
+    def _spawn(self) -> _Child:
+        with self._lock:
+            self._spawned += 1
+            number = self._spawned
+        return _Child(self._context, f"awa-{self.name}-{number}")
+
+    def _take(self) -> _Child:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            return self._spawn()
+
+    def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None) -> Carried:
+        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``)."""
+        fields = {name: getattr(job, name) for name in JOB_FIELDS}
+        child = self._take()
+        try:
+            child.conn.send((fn, fields))
+        except (OSError, ValueError):  # the child died while idle: use a fresh one
+            child.kill()
+            child = self._spawn()
+            child.conn.send((fn, fields))
+        self._wait(child, job, timeout)
+        try:
+            carried: Carried = child.conn.recv()
+        except (EOFError, OSError):
+            code = child.process.exitcode
+            child.kill()
+            self._replace()
+            raise ChildKilled(f"the handler's process died (exit code {code})", False) from None
+        child.tasks += 1
+        if self.max_tasks_per_child is not None and child.tasks >= self.max_tasks_per_child:
+            child.retire()
+            self._replace()
+        else:
+            self._idle.put(child)
+        return carried
+
+    def _wait(self, child: _Child, job: JobContext, timeout: float | None) -> None:
+        """Until the child answers; kill it at the deadline, or once the attempt is superseded."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if child.conn.poll(POLL_SLICE if left is None else max(0.0, min(left, POLL_SLICE))):
+                return
+            if job._lost:  # rescued or cancelled elsewhere (the heartbeat thread said so)
+                child.kill()
+                self._replace()
+                raise ChildKilled("the attempt was superseded; its process was killed", False)
+            if deadline is not None and time.monotonic() >= deadline:
+                child.kill()
+                self._replace()
+                raise ChildKilled(f"the handler ran past its deadline ({timeout:.1f} s); its process was killed", True)
+
+    def _replace(self) -> None:
+        if not self.closed:
+            self._idle.put(self._spawn())
+
+    def shutdown(self) -> None:
+        """Stop the idle children; busy ones are daemons and end with the worker."""
+        self.closed = True
+        while True:
+            try:
+                child = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            child.retire()
+
+
+def apply_carried(job: JobContext, carried: Carried) -> Outcome:
+    """Copy what the handler recorded in its child onto the worker's job; its outcome."""
+    outcome, progress, dirty, metadata_patch, result_json = carried
+    if dirty:
+        job.progress = progress
+        job._progress_dirty = True
+    if metadata_patch:
+        job.metadata.update(metadata_patch)
+        job._metadata_patch.update(metadata_patch)
+    job._result_json = result_json
+    return outcome

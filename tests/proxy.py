@@ -1,0 +1,92 @@
+"""A TCP proxy in front of PostgreSQL that cuts a connection right after a commit.
+
+Used to lose the connection at the one instant a real outage makes ambiguous:
+the server has committed, the client never hears so. Armed with a marker the
+client sends (``COMMIT``, or the text of a statement) and a marker of the
+server's reply (the ``CommandComplete`` tag), it forwards everything until a
+server reply carrying the tag follows the client's marker on the same
+connection; that reply is dropped and both sockets closed, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class CuttingProxy:
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.client_marker: bytes | None = None
+        self.server_marker: bytes | None = None
+        self.cuts = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="test-proxy", daemon=True).start()
+
+    def arm(self, client_marker: bytes, server_marker: bytes) -> None:
+        with self._lock:
+            self.client_marker, self.server_marker = client_marker, server_marker
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            seen = threading.Event()  # the client sent the marker on this connection
+            threading.Thread(target=self._up, args=(client, server, seen), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, seen), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket, seen: threading.Event) -> None:
+        while data := _recv(client):
+            marker = self.client_marker
+            if marker is not None and marker in data:
+                seen.set()
+            if not _send(server, data):
+                break
+        _close(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket, seen: threading.Event) -> None:
+        while data := _recv(server):
+            if seen.is_set() and self._cut_now(data):
+                break
+            if not _send(client, data):
+                break
+        _close(client, server)
+
+    def _cut_now(self, data: bytes) -> bool:
+        with self._lock:
+            if self.server_marker is None or self.server_marker not in data:
+                return False
+            self.client_marker = self.server_marker = None
+            self.cuts += 1
+            return True
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _send(sock: socket.socket, data: bytes) -> bool:
+    try:
+        sock.sendall(data)
+        return True
+    except OSError:
+        return False
+
+
+def _close(*socks: socket.socket) -> None:
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
