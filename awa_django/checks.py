@@ -3,7 +3,9 @@
 * ``awa_django.E001`` the awa alias is not PostgreSQL.
 * ``awa_django.W001`` the awa alias is not ``default`` and no router sends the awa app there.
 * ``awa_django.W002`` the worker's driver (asyncpg, psycopg_pool) is not installed.
-* ``awa_django.E002`` (database) the database lacks migrations this package ships.
+* ``awa_django.W003`` (database) the database lacks migrations this package ships. A warning,
+  as Django's own unapplied migrations are: ``migrate`` runs the database checks first, and an
+  error here would block the one command that fixes it.
 * ``awa_django.E003`` (database) the database has migrations this package does not know,
   or an applied file was edited, or it was migrated by the real Awa.
 """
@@ -87,10 +89,10 @@ def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: A
     if pending:
         names = ", ".join(m.name for m in pending)
         return [
-            Error(
+            Warning(
                 f"the awa schema on {awa.database!r} lacks {names}",
-                hint=f"Run `manage.py migrate awa_django --database {awa.database}`.",
-                id="awa_django.E002",
+                hint=f"Run `manage.py migrate --database {awa.database}` (it applies them).",
+                id="awa_django.W003",
             )
         ]
     return []

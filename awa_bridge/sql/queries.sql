@@ -72,6 +72,12 @@ SELECT name, checksum FROM awa.bridge_migrations ORDER BY name
 -- name: record_migration
 INSERT INTO awa.bridge_migrations (name, checksum) VALUES (%(name)s, %(checksum)s)
 
+-- name: drop_awa_schema
+-- The undo of the first migration (Django's `migrate awa_django zero`, Alembic's
+-- downgrade_awa): run by drop_schema_connection only after the check that the
+-- real Awa did not migrate this database.
+DROP SCHEMA IF EXISTS awa CASCADE
+
 -- ---------------------------------------------------------------------------
 -- Worker runtime. Every write about a held job matches (id, run_lease, state).
 -- ---------------------------------------------------------------------------
