@@ -2,7 +2,8 @@
 
 ``cli.py`` owns the parser; this module runs the actions through
 ``awa_bridge.admin`` and prints one line (or a table) per action. Errors are
-``AwaError`` subclasses, which ``cli.main`` prints and exits 2 on.
+``AwaError`` subclasses (``cli_support.UsageError`` among them), which ``cli.main``
+prints and exits 2 on.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import getpass
 from typing import Any
 
 from . import admin
+from .cli_support import UsageError, print_table
 from .errors import ValidationError
 
 JOB_ACTIONS = ("list", "retry", "cancel", "delete", "run-now", "retry-failed")
@@ -57,12 +59,11 @@ def run_job_action(url: str, ns: argparse.Namespace) -> int:
 
 def run_queue_action(url: str, ns: argparse.Namespace) -> int:
     """``queues pause|resume NAME``, and ``queues [stats] [NAME]`` (the listing is the fast stats query)."""
-    from .cli import _print_table
-
     action = ns.action
     if action in ("pause", "resume") and ns.name is None:
         raise ValidationError("NAME", f"queues {action} needs a queue name, e.g. `queues {action} email`")
     if action == "pause":
+        _refuse_unknown(url, ns.name, ns.create)
         admin.pause_queue(url, ns.name, paused_by=ns.paused_by or f"cli:{getpass.getuser()}")
         print(f"queue {ns.name} paused: workers stop claiming within one poll interval; running jobs finish")
         return 0
@@ -73,5 +74,16 @@ def run_queue_action(url: str, ns: argparse.Namespace) -> int:
     stats = admin.queue_stats(url, ns.name)
     columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external", "failed"]
     columns += ["completed_last_hour", "lag_seconds"]
-    _print_table([{c: getattr(s, c) for c in columns} for s in stats], columns)
+    print_table([{c: getattr(s, c) for c in columns} for s in stats], columns)
     return 0
+
+
+def _refuse_unknown(url: str, queue: str, create: bool) -> None:
+    """A pause of a queue nothing uses is most often a typo: refuse it unless ``--create`` says it is meant."""
+    if create or admin.queue_known(url, queue):
+        return
+    known = ", ".join(s.queue for s in admin.queue_stats(url)) or "none yet"
+    raise UsageError(
+        f"unknown queue {queue!r}: no job, pause or worker has used it (known: {known}); "
+        "add --create to pause it before first use"
+    )

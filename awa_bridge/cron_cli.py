@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from . import cron
+from .cli_support import database_url
 
 
 def _url(ns: argparse.Namespace) -> str:
-    url = ns.database_url or os.environ.get("DATABASE_URL")
-    if not url:
-        raise SystemExit("error: give --database-url URL or set DATABASE_URL")
-    return url
+    return database_url(ns.database_url)
 
 
 def _cell(value: Any) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ForeignSchema, MigrationChecksumMismatch
+from .errors import MIGRATE_HINT, ForeignSchema, MigrationChecksumMismatch, SchemaNotMigrated
 from .sql import QUERIES
 
 _FILE_NAME = re.compile(r"^v(\d{3})_[a-z0-9_]+\.sql$")
@@ -258,6 +258,25 @@ def migration_script(name: str, directory: Path | None = None) -> list[str]:
         migration.sql.strip(),
         QUERIES["record_migration"].pyformat % literals,
     ]
+
+
+def require_schema(database_url: str) -> None:
+    """Raise ``SchemaNotMigrated`` unless the database has every file this package ships.
+
+    A worker calls it before it starts, so an unmigrated database stops it with
+    one line saying what to run, instead of a loop of failing statements. A
+    database the real Awa migrated passes: its own migrations keep it current.
+    """
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=False) as conn, conn.transaction():
+        try:
+            pending = pending_migrations(conn, load_migrations())
+        except ForeignSchema:
+            return
+    if pending:
+        names = ", ".join(m.name for m in pending)
+        raise SchemaNotMigrated(f"the awa schema on this database lacks {names}; {MIGRATE_HINT}")
 
 
 def migrate(database_url: str, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:

@@ -306,6 +306,17 @@ VALUES (%(queue)s, true, now(), %(paused_by)s)
 ON CONFLICT (queue) DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by
 RETURNING queue
 
+-- name: queue_known
+-- Whether anything has used a queue name: a job (one probe of
+-- jobs_queue_state_idx), a pause row, or a live worker running it. The CLI
+-- refuses to pause a name nothing knows (a typo) unless told to create it.
+SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = %(queue)s)
+    OR EXISTS (SELECT 1 FROM awa.queue_meta WHERE queue = %(queue)s)
+    OR EXISTS (
+        SELECT 1 FROM awa.runtime_instances
+        WHERE queues @> jsonb_build_array(jsonb_build_object('name', CAST(%(queue)s AS text)))
+    ) AS known
+
 -- name: resume_queue
 INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
 ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from .. import enqueue
 from ..cron import PeriodicJob, upsert_schedules
 from ..errors import ValidationError
-from ..migrations import migrate
+from ..migrations import migrate, require_schema
 from ..types import InsertManyResult, Job
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
@@ -121,6 +121,8 @@ class Client:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
             raise RuntimeError("this client's worker is already running")
+        # Refuse an unmigrated database at once (SchemaNotMigrated), before any loop starts.
+        await asyncio.to_thread(require_schema, self.database_url)
         if self.schedules:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
+from django.core.management.base import CommandError
+
 from awa_bridge import admin
 
+from ...conf import get_settings
 from ...db import awa_connection
 from ._base import AwaCommand
 
@@ -22,15 +25,19 @@ class Command(AwaCommand):
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         stats = actions.add_parser("stats", help="one row per queue (or only NAME)")
         stats.add_argument("name", nargs="?", metavar="NAME")
-        pause = actions.add_parser("pause", help="stop every worker from claiming on a queue")
+        pause = actions.add_parser("pause", help="stop every worker from claiming on a queue (a known one)")
         pause.add_argument("name", metavar="NAME")
         pause.add_argument("--by", help="who paused it (default: manage.py:<user>)")
+        pause.add_argument(
+            "--create", action="store_true", help="pause a queue nothing has used yet (else refused as a typo)"
+        )
         resume = actions.add_parser("resume", help="let workers claim on a queue again")
         resume.add_argument("name", metavar="NAME")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action, name = options["action"], options["name"]
         if action == "pause":
+            self._refuse_unknown(name, options["create"])
             admin.pause_queue(awa_connection(), name, paused_by=options["by"] or f"manage.py:{getpass.getuser()}")
             self.stdout.write(f"queue {name} paused")
             return
@@ -42,3 +49,14 @@ class Command(AwaCommand):
         columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
         columns += ["failed", "completed_last_hour", "lag_seconds"]
         self.table([[getattr(s, c) for c in columns] for s in stats], columns)
+
+    @staticmethod
+    def _refuse_unknown(name: str, create: bool) -> None:
+        """Refuse a name neither AWA['QUEUES'] nor the database knows (most often a typo) unless --create."""
+        configured = [q.name for q in get_settings().queues]
+        if create or name in configured or admin.queue_known(awa_connection(), name):
+            return
+        raise CommandError(
+            f"unknown queue {name!r}: not in AWA['QUEUES'] ({', '.join(configured)}) and no job, pause or "
+            "worker has used it; add --create to pause it before first use"
+        )
