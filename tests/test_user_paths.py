@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -208,3 +210,78 @@ def test_a_database_that_does_not_exist_is_one_line(server_url: str) -> None:
 
 def test_no_database_url_at_all() -> None:
     one_line_error(awa("jobs"), "--database-url", "DATABASE_URL")
+
+
+# -- the README's commands ----------------------------------------------------------------------
+
+
+def readme_commands() -> list[str]:
+    """The ``python -m awa_bridge ...`` lines of the README's bash blocks, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        for line in block.splitlines():
+            command = line.split("  #", 1)[0].strip()
+            if command.startswith("python -m awa_bridge "):
+                lines.append(command)
+    return lines
+
+
+def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path: Path) -> None:
+    """Set up a database, write the README's myapp/jobs.py, run its worker, inspect: each line as printed.
+
+    (The two install-and-run lines are covered by tests/django/test_example_shop.py, which runs the
+    demo they end with, and by running this suite.)
+    """
+    from .test_docs import blocks
+
+    commands = readme_commands()
+    migrate = [c for c in commands if " migrate " in c]
+    assert len(migrate) == 2 and len(commands) >= 5
+    url = make_database()
+    for command in migrate:
+        argv = shlex.split(command.replace("postgresql://user@host/db", url))
+        done = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    with psycopg.connect(url) as conn:
+        applied = [r[0] for r in conn.execute("SELECT name FROM awa.bridge_migrations ORDER BY name")]
+    assert applied == [m.name for m in load_migrations()]
+    assert "nothing to apply" in done.stdout  # the dry run, after the apply
+
+    # myapp/jobs.py as the README writes it (its args class comes from the quickstart block).
+    readme = blocks("README.md")
+    args_block = next(b.code for b in readme if "class SendConfirmationEmail" in b.code)
+    jobs_block = next(b.code for b in readme if b.code.startswith("# myapp/jobs.py"))
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(args_block + "\n\n" + jobs_block)
+    env = {**os.environ, "DATABASE_URL": url}
+    for command in commands:
+        if command.startswith("python -m awa_bridge worker "):
+            worker = subprocess.Popen(
+                [sys.executable, *shlex.split(command)[1:]],
+                cwd=tmp_path,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            try:
+                first = worker.stdout.readline() if worker.stdout else ""
+                assert "worker started" in first or worker.poll() is None, first
+                worker.send_signal(signal.SIGTERM)
+                out = first + worker.communicate(timeout=30)[0]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.communicate()
+            assert worker.returncode == 0, out
+            assert "worker started: queues email (20 workers), default (5 workers)" in out, out
+        elif " migrate " not in command:
+            done = subprocess.run(
+                [sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
+            )
+            assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
