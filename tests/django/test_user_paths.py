@@ -8,6 +8,7 @@ how a check that blocked ``migrate`` once went unnoticed).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -90,12 +91,12 @@ def test_startproject_migrate_check_worker_and_an_enqueue_from_the_shell(project
     assert applied == [m.name for m in load_migrations()]
 
     worker = subprocess.Popen(
-        [python, "manage.py", "awa_worker"],
+        [python, "manage.py", "awa_worker", "--log-format", "json"],
         cwd=root,
         env=clean_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
@@ -109,16 +110,18 @@ def test_startproject_migrate_check_worker_and_an_enqueue_from_the_shell(project
             return None if row is None else row[0]
 
         wait_for(lambda: state() == "completed" or worker.poll() is not None, 30, "the job to complete")
-        assert worker.poll() is None, worker.communicate()[0]
+        assert worker.poll() is None, worker.communicate()
         assert (root / "mysite" / "greeted.txt").read_text() == "hello ada"
         worker.send_signal(signal.SIGTERM)
-        out, _ = worker.communicate(timeout=30)
+        out, err = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.communicate()
-    assert worker.returncode == 0, out
-    assert "awa worker stopped" in out and "Traceback" not in out
+    assert worker.returncode == 0, out + err
+    assert "awa worker stopped" in out and "Traceback" not in err
+    logged = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is JSON
+    assert any(entry["message"].startswith("worker started") for entry in logged), err
 
 
 def test_commands_on_an_unmigrated_project_say_to_migrate(project: tuple[Path, str]) -> None:
