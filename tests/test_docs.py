@@ -73,6 +73,8 @@ CREATE TABLE orders (
     status text NOT NULL DEFAULT 'new'
 );
 CREATE TABLE refunds (id serial PRIMARY KEY, order_id int NOT NULL, cents int NOT NULL);
+DROP TABLE IF EXISTS invoices;
+CREATE TABLE invoices (id serial PRIMARY KEY, receipt_message_id text);
 """
 
 
@@ -236,9 +238,21 @@ class RefundOrder:
     cents: int
 
 
+@dataclass
+class SendReceipt:
+    invoice_id: int
+    email: str
+
+
 def _args_classes(ns: dict[str, Any], request: pytest.FixtureRequest) -> None:
     """The args classes a guide's handler examples register (defined in your code)."""
-    ns.update(ChargeOrder=ChargeOrder, Payment=Payment, ExportReport=ExportReport, RefundOrder=RefundOrder)
+    ns.update(
+        ChargeOrder=ChargeOrder,
+        Payment=Payment,
+        ExportReport=ExportReport,
+        RefundOrder=RefundOrder,
+        SendReceipt=SendReceipt,
+    )
 
 
 def _mailer(ns: dict[str, Any], request: pytest.FixtureRequest) -> None:
