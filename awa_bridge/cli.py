@@ -18,8 +18,6 @@ from .cli_support import (
     check_database_url,
     configure_logging,
     describe_failure,
-    format_errors,
-    print_table,
 )
 from .cli_support import database_url as _database_url
 from .types import JobState
@@ -81,40 +79,18 @@ def _cmd_worker(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _query(url: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    import psycopg
-
-    from .drivers.psycopg import PsycopgSync
-    from .sql import QUERIES
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        return PsycopgSync(conn).fetch_all(QUERIES[name], params)
-
-
 def _cmd_jobs(ns: argparse.Namespace) -> int:
+    from . import cli_core
+
     url = _database_url(ns.database_url)
     if ns.action != "list":
         from .admin_cli import run_job_action
 
         return run_job_action(url, ns)
     if ns.id is not None:
-        from .enqueue import row_to_job
-
-        rows = _query(url, "get_job", {"id": ns.id})
-        if not rows:
-            print(f"error: no job with id {ns.id}", file=sys.stderr)
-            return 1
-        job = row_to_job(rows[0])
-        for field in dataclasses.fields(job):
-            if field.name != "errors":
-                print(f"{field.name:>20}: {getattr(job, field.name)}")
-        print(f"{'errors':>20}: {len(job.errors)}")
-        for line in format_errors(job.errors):
-            print(line)
+        cli_core.show_job(url, ns.id, print)
         return 0
-    params = {"queue": ns.queue, "state": ns.state, "kind": ns.kind, "limit": ns.limit}
-    rows = _query(url, "list_jobs", params)
-    print_table(rows, ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at"])
+    cli_core.list_jobs(url, print, state=ns.state, queue=ns.queue, kind=ns.kind, limit=ns.limit)
     return 0
 
 

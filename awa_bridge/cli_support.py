@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,15 +71,15 @@ def describe_failure(exc: BaseException) -> str | None:
     return None
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+def print_table(rows: list[dict[str, Any]], columns: list[str], write: Callable[[str], Any] = print) -> None:
     if not rows:
-        print("(none)")
+        write("(none)")
         return
     cells = [[cell(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
 
 
 def cell(value: Any) -> str:

@@ -95,7 +95,7 @@ def test_jobs_id_prints_the_error_history_as_tracebacks(db_url: str) -> None:
     done = awa("jobs", "--id", str(job.id), url=db_url)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "errors: 1" in out
+    assert "errors (1):" in out
     assert "  attempt 1 at 2026-01-02T03:04:05+00:00: TimeoutError: smtp" in out
     assert "    Traceback (most recent call last):" in out
     assert '      File "shop/tasks.py", line 9, in send' in out

@@ -165,3 +165,31 @@ def test_awa_queues_pause_an_unknown_queue_needs_create(awa: None) -> None:
     call_command("awa_queues", "pause", "email", stdout=StringIO())  # in AWA['QUEUES']
     call_command("awa_queues", "pause", "later", "--create", stdout=StringIO())
     assert sorted(QueueMeta.objects.values_list("queue", flat=True)) == ["email", "later"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_manage_py_and_the_cli_print_the_same_for_the_same_action(awa: None, capsys) -> None:  # type: ignore[no-untyped-def]
+    """One core (awa_bridge.cli_core) behind both: the Django commands only supply the connection."""
+    import awa_django
+    from awa_bridge import cli
+    from awa_django.db import database_url
+
+    url = database_url("default")
+    job = awa_django.insert_job({"to": "ada@example.com"}, kind="send_email", queue="email")
+
+    def both(manage_args: list[str], cli_args: list[str]) -> tuple[str, str]:
+        out = StringIO()
+        call_command(*manage_args, stdout=out)
+        assert cli.main([*cli_args, "--database-url", url]) == 0
+        return out.getvalue(), capsys.readouterr().out
+
+    shown, printed = both(["awa_jobs", "show", str(job.id)], ["jobs", "--id", str(job.id)])
+    assert shown == printed and '"to": "ada@example.com"' in shown and "errors (0):" in shown
+    cancelled, _ = both(["awa_jobs", "cancel", str(job.id)], ["jobs", "retry", str(job.id)])
+    assert cancelled.startswith(f"job {job.id} (send_email, queue email): cancelled")
+    listed, printed = both(["awa_jobs", "list"], ["jobs"])
+    assert listed == printed and str(job.id) in listed
+    paused, printed = both(["awa_queues", "pause", "email"], ["queues", "pause", "email"])
+    assert (
+        paused == printed == "queue email paused: workers stop claiming within one poll interval; running jobs finish\n"
+    )

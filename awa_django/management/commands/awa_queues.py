@@ -1,13 +1,11 @@
-"""``manage.py awa_queues stats|pause|resume``."""
+"""``manage.py awa_queues stats|pause|resume``: the CLI's queue actions (``awa_bridge.cli_core``) on the awa alias."""
 
 from __future__ import annotations
 
 import getpass
 from typing import Any
 
-from django.core.management.base import CommandError
-
-from awa_bridge import admin
+from awa_bridge import admin, cli_core
 
 from ...conf import get_settings
 from ...db import awa_connection
@@ -37,26 +35,19 @@ class Command(AwaCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         action, name = options["action"], options["name"]
         if action == "pause":
-            self._refuse_unknown(name, options["create"])
-            admin.pause_queue(awa_connection(), name, paused_by=options["by"] or f"manage.py:{getpass.getuser()}")
-            self.stdout.write(f"queue {name} paused")
+            cli_core.pause_queue(
+                awa_connection(),
+                name,
+                self.stdout.write,
+                paused_by=options["by"] or f"manage.py:{getpass.getuser()}",
+                create=options["create"],
+                configured=[q.name for q in get_settings().queues],  # AWA['QUEUES'] names are known
+            )
             return
         if action == "resume":
-            admin.resume_queue(awa_connection(), name)
-            self.stdout.write(f"queue {name} resumed")
+            cli_core.resume_queue(awa_connection(), name, self.stdout.write)
             return
         stats = admin.queue_stats(awa_connection(), name)
         columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
         columns += ["failed", "completed_last_hour", "lag_seconds"]
         self.table([[getattr(s, c) for c in columns] for s in stats], columns)
-
-    @staticmethod
-    def _refuse_unknown(name: str, create: bool) -> None:
-        """Refuse a name neither AWA['QUEUES'] nor the database knows (most often a typo) unless --create."""
-        configured = [q.name for q in get_settings().queues]
-        if create or name in configured or admin.queue_known(awa_connection(), name):
-            return
-        raise CommandError(
-            f"unknown queue {name!r}: not in AWA['QUEUES'] ({', '.join(configured)}) and no job, pause or "
-            "worker has used it; add --create to pause it before first use"
-        )
