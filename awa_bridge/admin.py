@@ -421,7 +421,7 @@ def pause_queue(conn_or_url: Any, queue: str, paused_by: str | None = None) -> N
 def queue_known(conn_or_url: Any, queue: str) -> bool:
     """Whether a job, a pause or a live worker has used ``queue`` (for refusing a typo'd name)."""
     _check_queue(queue)
-    return _run(conn_or_url, _Op("queue_known", {"queue": queue}, lambda rows: bool(rows[0]["known"])))
+    return bool(_run(conn_or_url, _Op("queue_known", {"queue": queue}, lambda rows: rows[0]["known"])))
 
 
 def resume_queue(conn_or_url: Any, queue: str) -> None:
