@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -66,7 +67,7 @@ def describe_failure(exc: BaseException) -> str | None:
             return f"cannot reach the database: {first}"
         if isinstance(exc, psycopg.ProgrammingError) and "connection" in first:
             return f"the database URL is not valid: {first}"
-    if isinstance(exc, OSError) and type(exc).__module__.split(".")[0] in ("asyncpg", "builtins"):
+    if isinstance(exc, (ConnectionError, socket.gaierror)):  # asyncpg's connect: refused, unknown host
         return f"cannot reach the database: {exc}"
     return None
 
