@@ -431,6 +431,12 @@ def pause_queue(conn_or_url: Any, queue: str, paused_by: str | None = None) -> N
     _run(conn_or_url, _queue_op("pause_queue", {"queue": queue, "paused_by": paused_by}))
 
 
+def queue_known(conn_or_url: Any, queue: str) -> bool:
+    """Whether a job, a pause or a live worker has used ``queue`` (for refusing a typo'd name)."""
+    _check_queue(queue)
+    return bool(_run(conn_or_url, _Op("queue_known", {"queue": queue}, lambda rows: rows[0]["known"])))
+
+
 def resume_queue(conn_or_url: Any, queue: str) -> None:
     """Let workers claim on ``queue`` again."""
     _run(conn_or_url, _queue_op("resume_queue", {"queue": queue}))

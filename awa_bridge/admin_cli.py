@@ -1,31 +1,22 @@
 """The admin actions of ``python -m awa_bridge jobs ...`` and ``... queues ...``.
 
-``cli.py`` owns the parser; this module runs the actions through
-``awa_bridge.admin`` and prints one line (or a table) per action. Errors are
-``AwaError`` subclasses, which ``cli.main`` prints and exits 2 on.
+``cli.py`` owns the parser; this module maps the parsed arguments onto
+``cli_core`` (the actions the Django commands run too) on a database URL.
+Errors are ``AwaError`` subclasses (``cli_support.UsageError`` among them),
+which ``cli.main`` prints and exits 2 on.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
 
-from . import admin
+from . import admin, cli_core
+from .cli_support import print_table
 from .errors import ValidationError
 
 JOB_ACTIONS = ("list", "retry", "cancel", "delete", "run-now", "retry-failed")
 QUEUE_ACTIONS = ("list", "pause", "resume", "stats")
-
-_AFTER = {
-    "retry": "available now, attempts reset",
-    "cancel": "cancelled",
-    "run-now": "available now",
-}
-
-
-def _describe(job: Any) -> str:
-    return f"job {job.id} ({job.kind}, queue {job.queue})"
 
 
 def run_job_action(url: str, ns: argparse.Namespace) -> int:
@@ -34,44 +25,28 @@ def run_job_action(url: str, ns: argparse.Namespace) -> int:
     if action == "retry-failed":
         if ns.job_id is not None:
             raise ValidationError("ID", "jobs retry-failed takes no job id; filter with --kind and --queue")
-        retried, skipped = admin.retry_failed_report(url, kind=ns.kind, queue=ns.queue)
-        scope = " ".join(f"{k} {v!r}" for k, v in (("kind", ns.kind), ("queue", ns.queue)) if v) or "all"
-        line = f"retried {retried} failed job(s) ({scope})"
-        if skipped:
-            line += f"; {skipped} left failed: another job holds their unique key"
-        print(line)
+        cli_core.retry_failed(url, print, kind=ns.kind, queue=ns.queue)
         return 0
     if ns.job_id is None:
         raise ValidationError("ID", f"jobs {action} needs a job id, e.g. `jobs {action} 42`")
-    if action == "delete":
-        job = admin.delete_job(url, ns.job_id)
-        print(f"{_describe(job)} deleted (it was {job.state})")
-        return 0
-    operation = {"retry": admin.retry_job, "cancel": admin.cancel_job, "run-now": admin.run_now}[action]
-    job = operation(url, ns.job_id)
-    print(f"{_describe(job)}: {_AFTER[action]}")
-    if action == "cancel":
-        print("  a running handler sees job.cancelled at its next heartbeat; its late result is discarded")
+    cli_core.job_action(url, action, ns.job_id, print)
     return 0
 
 
 def run_queue_action(url: str, ns: argparse.Namespace) -> int:
     """``queues pause|resume NAME``, and ``queues [stats] [NAME]`` (the listing is the fast stats query)."""
-    from .cli import _print_table
-
     action = ns.action
     if action in ("pause", "resume") and ns.name is None:
         raise ValidationError("NAME", f"queues {action} needs a queue name, e.g. `queues {action} email`")
     if action == "pause":
-        admin.pause_queue(url, ns.name, paused_by=ns.paused_by or f"cli:{getpass.getuser()}")
-        print(f"queue {ns.name} paused: workers stop claiming within one poll interval; running jobs finish")
+        paused_by = ns.paused_by or f"cli:{getpass.getuser()}"
+        cli_core.pause_queue(url, ns.name, print, paused_by=paused_by, create=ns.create)
         return 0
     if action == "resume":
-        admin.resume_queue(url, ns.name)
-        print(f"queue {ns.name} resumed")
+        cli_core.resume_queue(url, ns.name, print)
         return 0
     stats = admin.queue_stats(url, ns.name)
     columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external", "failed"]
     columns += ["completed_last_hour", "lag_seconds"]
-    _print_table([{c: getattr(s, c) for c in columns} for s in stats], columns)
+    print_table([{c: getattr(s, c) for c in columns} for s in stats], columns)
     return 0

@@ -11,15 +11,18 @@ import sys
 from typing import Any
 
 from .admin_cli import JOB_ACTIONS, QUEUE_ACTIONS
-from .errors import AwaError
+from .cli_support import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    UsageError,
+    check_database_url,
+    configure_logging,
+    describe_failure,
+)
+from .cli_support import database_url as _database_url
 from .types import JobState
 
-
-def _database_url(value: str | None) -> str:
-    url = value or os.environ.get("DATABASE_URL")
-    if not url:
-        raise SystemExit("error: give --database-url URL or set DATABASE_URL")
-    return url
+log = logging.getLogger("awa_bridge.cli")
 
 
 def _cmd_migrate(ns: argparse.Namespace) -> int:
@@ -43,26 +46,32 @@ def _load_client(target: str) -> Any:
     """``package.module:attribute`` → the Client object it names."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise SystemExit(f"error: expected MODULE:ATTRIBUTE (for example myapp.jobs:client), got {target!r}")
+        raise UsageError(f"expected MODULE:CLIENT (for example myapp.jobs:client), got {target!r}")
     sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise UsageError(f"no module named {module_name!r} (from {target}; run from the folder it is in)") from None
+        raise UsageError(f"importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        log.debug("importing %s failed", module_name, exc_info=True)
+        raise UsageError(f"importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
     try:
         client = getattr(module, attribute)
     except AttributeError:
-        raise SystemExit(f"error: module {module_name!r} has no attribute {attribute!r}") from None
+        raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if not hasattr(client, "run") or not hasattr(client, "registry"):
-        raise SystemExit(f"error: {target} is not an awa_bridge.worker.Client")
+        raise UsageError(f"{target} is a {type(client).__name__}, not an awa_bridge.worker.Client")
     return client
 
 
 def _cmd_worker(ns: argparse.Namespace) -> int:
     from .worker.config import QueueConfig
 
-    logging.basicConfig(
-        level=getattr(logging, ns.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(ns.log_level, ns.log_format, loggers=("",))
     client = _load_client(ns.target)
+    check_database_url(client.database_url)
     queues = client.queue_configs([QueueConfig.parse(spec) for spec in ns.queue] if ns.queue else None)
     if ns.poll_interval is not None:
         queues = [dataclasses.replace(q, poll_interval=ns.poll_interval) for q in queues]
@@ -70,57 +79,18 @@ def _cmd_worker(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    if not rows:
-        print("(none)")
-        return
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    if hasattr(value, "isoformat"):
-        return value.isoformat(timespec="seconds")
-    return str(value)
-
-
-def _query(url: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    import psycopg
-
-    from .drivers.psycopg import PsycopgSync
-    from .sql import QUERIES
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        return PsycopgSync(conn).fetch_all(QUERIES[name], params)
-
-
 def _cmd_jobs(ns: argparse.Namespace) -> int:
+    from . import cli_core
+
     url = _database_url(ns.database_url)
     if ns.action != "list":
         from .admin_cli import run_job_action
 
         return run_job_action(url, ns)
     if ns.id is not None:
-        from .enqueue import row_to_job
-
-        rows = _query(url, "get_job", {"id": ns.id})
-        if not rows:
-            print(f"error: no job with id {ns.id}", file=sys.stderr)
-            return 1
-        job = row_to_job(rows[0])
-        for field in dataclasses.fields(job):
-            print(f"{field.name:>20}: {getattr(job, field.name)}")
+        cli_core.show_job(url, ns.id, print)
         return 0
-    params = {"queue": ns.queue, "state": ns.state, "kind": ns.kind, "limit": ns.limit}
-    rows = _query(url, "list_jobs", params)
-    _print_table(rows, ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at"])
+    cli_core.list_jobs(url, print, state=ns.state, queue=ns.queue, kind=ns.kind, limit=ns.limit)
     return 0
 
 
@@ -164,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often every queue polls for work when no NOTIFY arrives (default: 1)",
     )
-    worker.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    worker.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
+    worker.add_argument(
+        "--log-format", default="text", choices=LOG_FORMATS, help="text lines (default) or one JSON object per line"
+    )
     worker.set_defaults(func=_cmd_worker)
 
     jobs = commands.add_parser(
@@ -193,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     queues.add_argument("action", nargs="?", default="list", choices=QUEUE_ACTIONS, metavar="ACTION")
     queues.add_argument("name", nargs="?", metavar="NAME", help="the queue an ACTION applies to")
     queues.add_argument("--paused-by", help="who pauses (recorded in awa.queue_meta; default cli:<user>)")
+    queues.add_argument(
+        "--create", action="store_true", help="pause a queue no job or worker has used yet (else refused as a typo)"
+    )
     queues.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     queues.set_defaults(func=_cmd_queues)
 
@@ -206,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
         return int(ns.func(ns))
-    except AwaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        # What a user can fix is one line and exit 2 (as argparse's own errors); a bug keeps its traceback.
+        message = describe_failure(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

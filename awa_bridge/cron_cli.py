@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from . import cron
+from . import cli_core, cron
+from .cli_support import database_url
 
 
 def _url(ns: argparse.Namespace) -> str:
-    url = ns.database_url or os.environ.get("DATABASE_URL")
-    if not url:
-        raise SystemExit("error: give --database-url URL or set DATABASE_URL")
-    return url
+    return database_url(ns.database_url)
 
 
 def _cell(value: Any) -> str:
@@ -48,20 +45,17 @@ def _list(ns: argparse.Namespace) -> int:
 
 
 def _pause(ns: argparse.Namespace) -> int:
-    cron.pause_schedule(_url(ns), ns.name, paused_by=ns.by)
-    print(f"paused schedule {ns.name}")
+    cli_core.pause_schedule(_url(ns), ns.name, print, paused_by=ns.by)
     return 0
 
 
 def _resume(ns: argparse.Namespace) -> int:
-    cron.resume_schedule(_url(ns), ns.name, skip_missed=ns.skip_missed)
-    print(f"resumed schedule {ns.name}" + (" (fires missed while paused skipped)" if ns.skip_missed else ""))
+    cli_core.resume_schedule(_url(ns), ns.name, print, skip_missed=ns.skip_missed)
     return 0
 
 
 def _trigger(ns: argparse.Namespace) -> int:
-    job = cron.trigger_schedule(_url(ns), ns.name)
-    print(f"enqueued job {job.id} ({job.kind} on {job.queue}) from schedule {ns.name}")
+    cli_core.trigger_schedule(_url(ns), ns.name, print)
     return 0
 
 

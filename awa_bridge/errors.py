@@ -49,6 +49,31 @@ class SchemaNotMigrated(AwaError):
     """The database lacks the awa schema, or it is older than this package needs."""
 
 
+MIGRATE_HINT = "run `python -m awa_bridge migrate` (in a Django project: `python manage.py migrate`)"
+
+# SQLSTATEs of a missing table, type or function: what any statement meets on a database
+# that lacks the awa schema (or a newer part of it).
+_UNDEFINED = {"42P01", "42704", "42883", "3F000"}
+
+
+def missing_schema(exc: BaseException) -> SchemaNotMigrated | None:
+    """The ``SchemaNotMigrated`` a driver error means, when it is about a missing ``awa`` object.
+
+    Works for psycopg, asyncpg and Django's wrappers (their ``__cause__`` is
+    followed); ``None`` for any other error.
+    """
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if getattr(seen, "sqlstate", None) in _UNDEFINED and "awa" in str(seen):
+            first = str(seen).strip().splitlines()[0]
+            problem = f"the awa schema is missing or out of date on this database ({first})"
+            return SchemaNotMigrated(f"{problem}; {MIGRATE_HINT}")
+        seen = seen.__cause__
+    return None
+
+
 class ForeignSchema(AwaError):
     """The database was migrated by the real Awa (Rust); our runner must not touch it."""
 

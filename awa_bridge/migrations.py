@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ForeignSchema, MigrationChecksumMismatch
+from .errors import MIGRATE_HINT, ForeignSchema, MigrationChecksumMismatch, SchemaNotMigrated
 from .sql import QUERIES
 
 _FILE_NAME = re.compile(r"^v(\d{3})_[a-z0-9_]+\.sql$")
@@ -154,9 +154,8 @@ def _ledger(conn: Any) -> _Ledger:
     return _DBAPILedger(conn)
 
 
-def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
-    """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
-    ledger = _ledger(conn)
+def _refuse_foreign(ledger: _Ledger) -> None:
+    """Raise ``ForeignSchema`` on a database the real Awa migrated (its schema is not ours to change)."""
     if (
         ledger.fetch("relation_exists", {"name": "awa.schema_version"})[0][0]
         and ledger.fetch("awa_schema_version_rows")[0][0]
@@ -166,6 +165,12 @@ def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]
             "awa_bridge will not change its schema. Use awa-pg's own migrations for it; "
             "the bridge's insert_job still works on it."
         )
+
+
+def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
+    """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
+    ledger = _ledger(conn)
+    _refuse_foreign(ledger)
     if not ledger.fetch("relation_exists", {"name": "awa.bridge_migrations"})[0][0]:
         return list(available)
     applied = dict(ledger.fetch("applied_migrations"))
@@ -219,6 +224,59 @@ def migrate_connection(
         ledger.script(migration.sql)
         ledger.fetch("record_migration", {"name": migration.name, "checksum": migration.checksum})
     return [m.name for m in pending]
+
+
+def drop_schema_connection(conn: Any) -> None:
+    """Drop the ``awa`` schema (jobs, settings, ledger: everything), inside the caller's transaction.
+
+    The one undo of the shared migrations, behind Django's ``migrate
+    awa_django zero`` and Alembic's ``downgrade_awa``: both refuse, with
+    ``ForeignSchema``, a database the real Awa migrated. Same connections as
+    ``migrate_connection``.
+    """
+    ledger = _ledger(conn)
+    ledger.fetch("migration_lock")
+    _refuse_foreign(ledger)
+    ledger.script(QUERIES["drop_awa_schema"].pyformat)
+
+
+def migration_script(name: str, directory: Path | None = None) -> list[str]:
+    """The statements ``migrate_connection`` runs to apply file ``name`` (for ``sqlmigrate`` and review).
+
+    The lock, the ledger table, the file as shipped, and its ledger row. The
+    runner adds what plain SQL cannot say: it skips a file the ledger already
+    records and refuses a database the real Awa migrated.
+    """
+    found = {m.name: m for m in load_migrations(directory)}
+    if name not in found:
+        raise FileNotFoundError(f"no migration file named {name!r} in {directory or migrations_dir()}")
+    migration = found[name]
+    literals = {"name": f"'{migration.name}'", "checksum": f"'{migration.checksum}'"}
+    return [
+        QUERIES["migration_lock"].pyformat,
+        QUERIES["create_migration_ledger"].pyformat,
+        migration.sql.strip(),
+        QUERIES["record_migration"].pyformat % literals,
+    ]
+
+
+def require_schema(database_url: str) -> None:
+    """Raise ``SchemaNotMigrated`` unless the database has every file this package ships.
+
+    A worker calls it before it starts, so an unmigrated database stops it with
+    one line saying what to run, instead of a loop of failing statements. A
+    database the real Awa migrated passes: its own migrations keep it current.
+    """
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=False) as conn, conn.transaction():
+        try:
+            pending = pending_migrations(conn, load_migrations())
+        except ForeignSchema:
+            return
+    if pending:
+        names = ", ".join(m.name for m in pending)
+        raise SchemaNotMigrated(f"the awa schema on this database lacks {names}; {MIGRATE_HINT}")
 
 
 def migrate(database_url: str, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:

@@ -97,9 +97,12 @@ class _NameFilter(admin.SimpleListFilter):
         return [(name, name) for name in _names(self.query, alias)]
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        if self.value():
-            return queryset.filter(**{self.parameter_name: self.value()})
-        return queryset
+        value = self.value()
+        if not value:
+            return queryset
+        if "\x00" in value:  # PostgreSQL text cannot hold NUL: no job has such a name
+            return queryset.none()
+        return queryset.filter(**{self.parameter_name: value})
 
 
 class QueueFilter(_NameFilter):
@@ -114,6 +117,10 @@ class KindFilter(_NameFilter):
     query = "list_job_kinds"
 
 
+_STATES = {value for value, _ in STATE_CHOICES}
+_MAX_ID = 2**63 - 1  # awa.jobs.id is a bigint
+
+
 class StateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
@@ -122,9 +129,12 @@ class StateFilter(admin.SimpleListFilter):
         return STATE_CHOICES
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        if self.value():
-            return queryset.filter(state=self.value())
-        return queryset
+        value = self.value()
+        if not value:
+            return queryset
+        if value not in _STATES:  # the column is an enum: an unknown label would be a database error
+            return queryset.none()
+        return queryset.filter(state=value)
 
 
 def _pretty_json(value: Any) -> str:
@@ -351,7 +361,7 @@ class JobAdmin(ReadOnlyModelAdmin):
             return queryset, False
         if term.startswith("args:"):
             return queryset.filter(args__icontains=term[5:].strip()), False
-        if term.isdigit():
+        if term.isascii() and term.isdigit() and int(term) <= _MAX_ID:  # "²".isdigit() too, but not int()
             return queryset.filter(id=int(term)) | queryset.filter(kind=term), False
         return queryset.filter(kind=term), False
 

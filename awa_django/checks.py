@@ -3,7 +3,10 @@
 * ``awa_django.E001`` the awa alias is not PostgreSQL.
 * ``awa_django.W001`` the awa alias is not ``default`` and no router sends the awa app there.
 * ``awa_django.W002`` the worker's driver (asyncpg, psycopg_pool) is not installed.
-* ``awa_django.E002`` (database) the database lacks migrations this package ships.
+* ``awa_django.W003`` (database) the database lacks migrations this package ships. A warning,
+  as Django's own unapplied migrations are: ``migrate`` runs the database checks first, and an
+  error here would block the one command that fixes it.
+* ``awa_django.E004`` an ``AWA['TASK_MODULES']`` entry does not import (the worker would crash on it).
 * ``awa_django.E003`` (database) the database has migrations this package does not know,
   or an applied file was edited, or it was migrated by the real Awa.
 """
@@ -54,6 +57,27 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> Iterable[Chec
     return messages
 
 
+@register()
+def check_task_modules(app_configs: Any = None, **kwargs: Any) -> Iterable[CheckMessage]:
+    """Every ``AWA['TASK_MODULES']`` entry imports (as Django's URL checks import ROOT_URLCONF)."""
+    import importlib
+
+    messages: list[CheckMessage] = []
+    for module in get_settings().task_modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            messages.append(
+                Error(
+                    f"AWA['TASK_MODULES'] entry {module!r} cannot be imported: {type(exc).__name__}: {exc}",
+                    hint="Give the dotted path of a module that defines @awa_django.task functions, "
+                    "or remove the entry.",
+                    id="awa_django.E004",
+                )
+            )
+    return messages
+
+
 def _routed(alias: str) -> bool:
     from django.db import router
 
@@ -87,10 +111,10 @@ def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: A
     if pending:
         names = ", ".join(m.name for m in pending)
         return [
-            Error(
+            Warning(
                 f"the awa schema on {awa.database!r} lacks {names}",
-                hint=f"Run `manage.py migrate awa_django --database {awa.database}`.",
-                id="awa_django.E002",
+                hint=f"Run `manage.py migrate --database {awa.database}` (it applies them).",
+                id="awa_django.W003",
             )
         ]
     return []

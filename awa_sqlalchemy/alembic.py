@@ -44,7 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from awa_bridge.migrations import load_migrations, migrate_connection
+from awa_bridge.migrations import drop_schema_connection, load_migrations, migrate_connection
 
 from .models import AWA_SCHEMA
 
@@ -95,14 +95,25 @@ def _emit_offline(context: Any, directory: Path | None) -> list[str]:
 
 
 def downgrade_awa(op: Any = None) -> None:
-    """Remove the awa schema: ``DROP SCHEMA awa CASCADE``.
+    """Remove the awa schema: ``DROP SCHEMA awa CASCADE``, refused on a database the real Awa migrated.
 
     Irreversible: every job, queue setting, cron schedule and the migration
     ledger go with it, and so does anything of the application's that
     depends on awa objects (CASCADE). It exists so ``alembic downgrade base``
     leaves an empty database; think twice before running it in production.
+    Online it is ``awa_bridge.migrations.drop_schema_connection``, the same
+    guarded drop as Django's ``migrate awa_django zero``: it raises
+    ``ForeignSchema`` (and drops nothing) when ``awa.schema_version`` has rows.
+    Offline (``--sql``) it writes the statement.
     """
-    _op(op).execute(f"DROP SCHEMA IF EXISTS {AWA_SCHEMA} CASCADE")
+    op = _op(op)
+    context = op.get_context()
+    if context.as_sql:
+        from awa_bridge.sql import QUERIES
+
+        context.impl.static_output(QUERIES["drop_awa_schema"].pyformat + ";")
+        return
+    drop_schema_connection(op.get_bind())
 
 
 def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:

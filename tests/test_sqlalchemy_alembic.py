@@ -313,3 +313,49 @@ def test_offline_script_applies_with_psql_semantics(tmp_path: Path, make_databas
         conn.execute(script.encode())
     assert schema_state(url) == (True, True, expected_ledger())
     assert awa_bridge.migrate(url) == []
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+async def test_downgrade_awa_is_the_guarded_drop(make_database, driver: str) -> None:
+    """downgrade_awa refuses a database the real Awa migrated (as Django's zero does) and drops ours."""
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    from awa_sqlalchemy.alembic import downgrade_awa
+
+    url = make_database()
+    awa_bridge.migrate(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE awa.schema_version (version int PRIMARY KEY, description text NOT NULL)")
+        conn.execute("INSERT INTO awa.schema_version VALUES (9, 'awa-pg 0.6.9')")
+
+    def downgrade(connection) -> None:  # type: ignore[no-untyped-def]
+        downgrade_awa(Operations(MigrationContext.configure(connection)))
+
+    if driver == "psycopg":
+        engine = create_engine(with_driver(url, "psycopg"))
+        with pytest.raises(awa_bridge.ForeignSchema), engine.begin() as connection:
+            downgrade(connection)
+        assert schema_exists(url)
+        with psycopg.connect(url) as conn:
+            conn.execute("DROP TABLE awa.schema_version")
+        with engine.begin() as connection:
+            downgrade(connection)
+        engine.dispose()
+    else:
+        aengine = create_async_engine(with_driver(url, "asyncpg"))
+        with pytest.raises(awa_bridge.ForeignSchema):
+            async with aengine.begin() as connection:
+                await connection.run_sync(downgrade)
+        assert schema_exists(url)
+        with psycopg.connect(url) as conn:
+            conn.execute("DROP TABLE awa.schema_version")
+        async with aengine.begin() as connection:
+            await connection.run_sync(downgrade)
+        await aengine.dispose()
+    assert not schema_exists(url)
+
+
+def schema_exists(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return bool(conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'awa'").fetchone()[0])

@@ -86,6 +86,12 @@ SELECT name, checksum FROM awa.bridge_migrations ORDER BY name
 -- name: record_migration
 INSERT INTO awa.bridge_migrations (name, checksum) VALUES (%(name)s, %(checksum)s)
 
+-- name: drop_awa_schema
+-- The undo of the first migration (Django's `migrate awa_django zero`, Alembic's
+-- downgrade_awa): run by drop_schema_connection only after the check that the
+-- real Awa did not migrate this database.
+DROP SCHEMA IF EXISTS awa CASCADE
+
 -- ---------------------------------------------------------------------------
 -- Worker runtime. Every write about a held job matches (id, run_lease, state).
 -- ---------------------------------------------------------------------------
@@ -398,6 +404,17 @@ INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by)
 VALUES (%(queue)s, true, now(), %(paused_by)s)
 ON CONFLICT (queue) DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by
 RETURNING queue
+
+-- name: queue_known
+-- Whether anything has used a queue name: a job (one probe of
+-- jobs_queue_state_idx), a pause row, or a live worker running it. The CLI
+-- refuses to pause a name nothing knows (a typo) unless told to create it.
+SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = %(queue)s)
+    OR EXISTS (SELECT 1 FROM awa.queue_meta WHERE queue = %(queue)s)
+    OR EXISTS (
+        SELECT 1 FROM awa.runtime_instances
+        WHERE queues @> jsonb_build_array(jsonb_build_object('name', CAST(%(queue)s AS text)))
+    ) AS known
 
 -- name: resume_queue
 INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)

@@ -22,7 +22,7 @@ from .. import enqueue
 from ..cron import PeriodicJob, upsert_schedules
 from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
-from ..migrations import migrate
+from ..migrations import migrate, require_schema
 from ..types import InsertManyResult, Job
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
@@ -133,7 +133,10 @@ class Client:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
             raise RuntimeError("this client's worker is already running")
+        # Refuse a database the real Awa migrated (ForeignSchema) or an unmigrated one
+        # (SchemaNotMigrated) at once, with one line, before any loop starts.
         await refuse_worker_on_awa_pg(self.database_url)
+        await asyncio.to_thread(require_schema, self.database_url)
         if self.schedules:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)

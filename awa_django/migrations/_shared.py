@@ -2,48 +2,75 @@
 
 Each Django migration of this app wraps exactly one ``vNNN_*.sql`` file
 (``python -m awa_django.migrations._generate`` writes the wrapper of a new
-file). The file is applied by ``awa_bridge.migrations.migrate_connection``
+file). The operation is a ``RunSQL`` whose statements are the file and its
+ledger row, so ``manage.py sqlmigrate awa_django 0001`` prints the DDL. When
+it runs, the file is applied by ``awa_bridge.migrations.migrate_connection``
 inside the Django migration's transaction, through the same runner and ledger
 (``awa.bridge_migrations``) as ``python -m awa_bridge migrate``, so the two
-can be mixed: a file already applied by one is skipped by the other.
+can be mixed: a file already applied by one is skipped by the other, and a
+database the real Awa migrated is refused.
 
 Reversing: the first migration drops the ``awa`` schema (``migrate awa_django
-zero`` removes everything the package installed, jobs included); the later
-ones have no SQL undo of their own and leave the schema as it is (a partial
-rollback is not supported, and re-applying them is then a no-op).
+zero`` removes everything the package installed, jobs included; refused on a
+database the real Awa migrated); the later ones have no SQL undo of their own
+and leave the schema as it is (a partial rollback is not supported, and
+re-applying them is then a no-op).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import migrations
-
-DROP_SCHEMA = "DROP SCHEMA IF EXISTS awa CASCADE"
+from django.db import migrations, router
 
 
-def apply_sql(file_name: str, *, first: bool = False) -> migrations.RunPython:
-    """A ``RunPython`` that applies ``file_name`` (and reverses as described above)."""
+class ApplySQLFile(migrations.RunSQL):
+    """``RunSQL`` of one shared file, run through the bridge's migration runner."""
 
-    def forward(apps: Any, schema_editor: Any) -> None:
+    def __init__(self, file_name: str, *, first: bool = False) -> None:
+        from awa_bridge.migrations import migration_script
+        from awa_bridge.sql import QUERIES
+
+        self.file_name = file_name
+        self.first = first
+        super().__init__(
+            sql=tuple(migration_script(file_name)),
+            reverse_sql=(QUERIES["drop_awa_schema"].pyformat,) if first else migrations.RunSQL.noop,
+            hints={"awa_sql_file": file_name},
+            elidable=False,
+        )
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (f"{__name__}.{type(self).__qualname__}", [self.file_name], {"first": self.first} if self.first else {})
+
+    def describe(self) -> str:
+        return f"Apply {self.file_name} to the awa schema"
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.collect_sql:  # sqlmigrate: print the statements
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        if not router.allow_migrate(schema_editor.connection.alias, app_label, **self.hints):
+            return
         from awa_bridge.migrations import migrate_connection
 
         connection = schema_editor.connection
         connection.ensure_connection()
-        migrate_connection(connection.connection, target=file_name)
+        migrate_connection(connection.connection, target=self.file_name)
 
-    def backward(apps: Any, schema_editor: Any) -> None:
-        if not first:
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.collect_sql or not self.first:
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
             return
-        from awa_bridge.migrations import load_migrations, pending_migrations
+        if not router.allow_migrate(schema_editor.connection.alias, app_label, **self.hints):
+            return
+        from awa_bridge.migrations import drop_schema_connection
 
         connection = schema_editor.connection
         connection.ensure_connection()
-        # Raises ForeignSchema on a database the real Awa migrated: that schema is not ours to drop.
-        pending_migrations(connection.connection, load_migrations())
-        with connection.cursor() as cursor:
-            cursor.execute(DROP_SCHEMA)
+        drop_schema_connection(connection.connection)
 
-    forward.__qualname__ = forward.__name__ = f"apply_{file_name.removesuffix('.sql')}"
-    backward.__qualname__ = backward.__name__ = f"unapply_{file_name.removesuffix('.sql')}"
-    return migrations.RunPython(forward, backward, hints={"awa_sql_file": file_name}, elidable=False)
+
+def apply_sql(file_name: str, *, first: bool = False) -> ApplySQLFile:
+    """The operation that applies ``file_name`` (and reverses as described above)."""
+    return ApplySQLFile(file_name, first=first)

@@ -8,17 +8,24 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from awa_bridge import AwaError
+from awa_bridge.cli_support import describe_failure
 
 
 class AwaCommand(BaseCommand):
-    """A command whose awa errors (validation, not found, invalid state) exit 1 with their message."""
+    """A command whose awa errors (validation, not found, invalid state, no schema) exit 1 with one line."""
 
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
-        except AwaError as exc:
-            raise CommandError(str(exc)) from exc
+        except CommandError:
+            raise
+        except Exception as exc:
+            # The same one-line messages as `python -m awa_bridge` (an unmigrated
+            # database says to run migrate); anything else is a bug and keeps its traceback.
+            message = describe_failure(exc)
+            if message is None:
+                raise
+            raise CommandError(message) from exc
 
     def table(self, rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
         cells = [[cell(v) for v in row] for row in rows]

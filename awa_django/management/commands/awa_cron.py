@@ -1,11 +1,11 @@
-"""``manage.py awa_cron list|trigger|pause|resume``."""
+"""``manage.py awa_cron list|trigger|pause|resume``: the CLI's cron actions (``awa_bridge.cli_core``)."""
 
 from __future__ import annotations
 
 import getpass
 from typing import Any
 
-from awa_bridge import cron
+from awa_bridge import cli_core, cron
 
 from ...db import awa_alias, awa_connection
 from ._base import AwaCommand
@@ -57,13 +57,11 @@ class Command(AwaCommand):
                 ["name", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
             )
         elif action == "trigger":
-            job = cron.trigger_schedule(awa_connection(), options["name"])
-            self.stdout.write(f"schedule {options['name']}: enqueued job {job.id} ({job.kind} on {job.queue})")
+            cli_core.trigger_schedule(awa_connection(), options["name"], self.stdout.write)
         elif action == "pause":
-            cron.pause_schedule(
-                awa_connection(), options["name"], paused_by=options["by"] or f"manage.py:{getpass.getuser()}"
-            )
-            self.stdout.write(f"schedule {options['name']} paused")
+            paused_by = options["by"] or f"manage.py:{getpass.getuser()}"
+            cli_core.pause_schedule(awa_connection(), options["name"], self.stdout.write, paused_by=paused_by)
         else:
-            cron.resume_schedule(awa_connection(), options["name"], skip_missed=options["skip_missed"])
-            self.stdout.write(f"schedule {options['name']} resumed")
+            cli_core.resume_schedule(
+                awa_connection(), options["name"], self.stdout.write, skip_missed=options["skip_missed"]
+            )

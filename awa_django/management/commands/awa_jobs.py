@@ -1,17 +1,18 @@
-"""``manage.py awa_jobs list|show|retry|cancel|run-now|delete|retry-failed``."""
+"""``manage.py awa_jobs list|show|retry|cancel|run-now|delete|retry-failed``.
+
+The CLI's job actions (``awa_bridge.cli_core``, as ``python -m awa_bridge
+jobs``) on the awa alias's connection; this command only parses its options.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import CommandError
-
-from awa_bridge import admin
+from awa_bridge import cli_core
 
 from ...db import awa_connection
-from ...models import STATE_CHOICES, Job
-from ._base import AwaCommand, cell
+from ...models import STATE_CHOICES
+from ._base import AwaCommand
 
 
 class Command(AwaCommand):
@@ -43,77 +44,14 @@ class Command(AwaCommand):
         bulk.add_argument("--queue")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        action = options["action"]
+        action, write, target = options["action"], self.stdout.write, awa_connection()
         if action == "list":
-            self._list(options)
+            filters = {key: options[key] for key in ("state", "queue", "kind", "limit")}
+            cli_core.list_jobs(target, write, **filters)
         elif action == "show":
-            self._show(options["job_id"])
+            cli_core.show_job(target, options["job_id"], write)
         elif action == "retry-failed":
-            retried, skipped = admin.retry_failed_report(awa_connection(), kind=options["kind"], queue=options["queue"])
-            line = f"retried {retried} failed job(s)"
-            if skipped:
-                line += f"; {skipped} left failed: another job holds their unique key"
-            self.stdout.write(line)
+            cli_core.retry_failed(target, write, kind=options["kind"], queue=options["queue"])
         else:
-            operation = {
-                "retry": admin.retry_job,
-                "cancel": admin.cancel_job,
-                "run-now": admin.run_now,
-                "delete": admin.delete_job,
-            }[action]
             for job_id in options["job_ids"]:
-                job = operation(awa_connection(), job_id)
-                done = "deleted" if action == "delete" else f"now {job.state}"
-                self.stdout.write(f"job {job.id} ({job.kind}, queue {job.queue}): {done}")
-
-    def _list(self, options: dict[str, Any]) -> None:
-        if options["limit"] < 1:
-            raise CommandError("--limit must be at least 1")
-        jobs = Job.objects.using(awa_connection().alias).order_by("-id")
-        for key in ("state", "queue", "kind"):
-            if options[key]:
-                jobs = jobs.filter(**{key: options[key]})
-        rows = jobs.only("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
-        self.table(
-            [
-                (j.id, j.kind, j.queue, j.state, j.priority, f"{j.attempt}/{j.max_attempts}", j.run_at, j.created_at)
-                for j in rows[: options["limit"]]
-            ],
-            ["id", "kind", "queue", "state", "priority", "attempt", "run_at", "created_at"],
-        )
-
-    def _show(self, job_id: int) -> None:
-        try:
-            job = Job.objects.using(awa_connection().alias).get(id=job_id)
-        except Job.DoesNotExist:
-            raise CommandError(f"no job with id {job_id}") from None
-        fields = [
-            ("id", job.id),
-            ("kind", job.kind),
-            ("queue", job.queue),
-            ("state", job.state),
-            ("priority", job.priority),
-            ("attempt", f"{job.attempt}/{job.max_attempts}"),
-            ("run_at", job.run_at),
-            ("created_at", job.created_at),
-            ("attempted_at", job.attempted_at),
-            ("finalized_at", job.finalized_at),
-            ("tags", ", ".join(job.tags) or "-"),
-        ]
-        width = max(len(name) for name, _ in fields)
-        for name, value in fields:
-            self.stdout.write(f"{name.ljust(width)}  {cell(value)}")
-        for name, value in (("args", job.args), ("metadata", job.metadata), ("progress", job.progress)):
-            self.stdout.write(f"{name}:")
-            self.stdout.write(_indent(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)))
-        self.stdout.write(f"errors ({len(job.errors)}):")
-        for error in job.errors:
-            self.stdout.write(
-                f"  attempt {error.get('attempt')} at {error.get('at')}: {error.get('type')}: {error.get('error')}"
-            )
-            if error.get("traceback"):
-                self.stdout.write(_indent(error["traceback"].rstrip(), 4))
-
-
-def _indent(text: str, spaces: int = 2) -> str:
-    return "\n".join(" " * spaces + line for line in text.splitlines())
+                cli_core.job_action(target, action, job_id, write)

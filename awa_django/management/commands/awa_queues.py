@@ -1,12 +1,13 @@
-"""``manage.py awa_queues stats|pause|resume``."""
+"""``manage.py awa_queues stats|pause|resume``: the CLI's queue actions (``awa_bridge.cli_core``) on the awa alias."""
 
 from __future__ import annotations
 
 import getpass
 from typing import Any
 
-from awa_bridge import admin
+from awa_bridge import admin, cli_core
 
+from ...conf import get_settings
 from ...db import awa_connection
 from ._base import AwaCommand
 
@@ -22,21 +23,29 @@ class Command(AwaCommand):
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         stats = actions.add_parser("stats", help="one row per queue (or only NAME)")
         stats.add_argument("name", nargs="?", metavar="NAME")
-        pause = actions.add_parser("pause", help="stop every worker from claiming on a queue")
+        pause = actions.add_parser("pause", help="stop every worker from claiming on a queue (a known one)")
         pause.add_argument("name", metavar="NAME")
         pause.add_argument("--by", help="who paused it (default: manage.py:<user>)")
+        pause.add_argument(
+            "--create", action="store_true", help="pause a queue nothing has used yet (else refused as a typo)"
+        )
         resume = actions.add_parser("resume", help="let workers claim on a queue again")
         resume.add_argument("name", metavar="NAME")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action, name = options["action"], options["name"]
         if action == "pause":
-            admin.pause_queue(awa_connection(), name, paused_by=options["by"] or f"manage.py:{getpass.getuser()}")
-            self.stdout.write(f"queue {name} paused")
+            cli_core.pause_queue(
+                awa_connection(),
+                name,
+                self.stdout.write,
+                paused_by=options["by"] or f"manage.py:{getpass.getuser()}",
+                create=options["create"],
+                configured=[q.name for q in get_settings().queues],  # AWA['QUEUES'] names are known
+            )
             return
         if action == "resume":
-            admin.resume_queue(awa_connection(), name)
-            self.stdout.write(f"queue {name} resumed")
+            cli_core.resume_queue(awa_connection(), name, self.stdout.write)
             return
         stats = admin.queue_stats(awa_connection(), name)
         columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from django.core.management.base import CommandError
 
 from awa_bridge import ValidationError
+from awa_bridge.cli_support import LOG_FORMATS, LOG_LEVELS, configure_logging
 
 from ...conf import get_settings
 from ...worker import build_client, parse_queue_overrides
@@ -44,6 +44,16 @@ class Command(AwaCommand):
             help="how long running jobs may take to finish after SIGTERM (default: AWA['WORKER']['drain_timeout'])",
         )
         parser.add_argument(
+            "--log-level",
+            choices=LOG_LEVELS,
+            help="of the awa_bridge and awa_django loggers (default: info; warning at -v 0, debug at -v 3)",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=LOG_FORMATS,
+            help="text lines or one JSON object per line (default: text, unless settings.LOGGING set handlers)",
+        )
+        parser.add_argument(
             "--no-maintenance",
             action="store_true",
             help="never take the maintenance leader role (promotion, rescue, cron, cleanup) in this process",
@@ -67,7 +77,7 @@ class Command(AwaCommand):
             config = dataclasses.replace(config, **changes)
         except ValidationError as exc:
             raise CommandError(f"--drain-timeout: {exc.message}") from None
-        self._logging(options["verbosity"])
+        self._logging(options["verbosity"], options["log_level"], options["log_format"])
         client = build_client(dataclasses.replace(settings, worker=config))
         kinds = ", ".join(sorted(client.registry.handlers)) or "none yet (resolved by dotted path)"
         described = ", ".join(f"{q.name} ({q.max_workers})" for q in queues)
@@ -82,12 +92,13 @@ class Command(AwaCommand):
             self.stdout.write("awa worker stopped")
 
     @staticmethod
-    def _logging(verbosity: int) -> None:
-        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO}.get(verbosity, logging.DEBUG)
-        for name in ("awa_bridge", "awa_django"):
-            logger = logging.getLogger(name)
-            if not logger.handlers and not logging.getLogger().handlers:
-                handler = logging.StreamHandler(sys.stderr)
-                handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-                logger.addHandler(handler)
-            logger.setLevel(level)
+    def _logging(verbosity: int, level: str | None, fmt: str | None) -> None:
+        """Our loggers at ``level``; their handler is ours unless settings.LOGGING configured one (or --log-format)."""
+        level = level or {0: "warning", 1: "info", 2: "info"}.get(verbosity, "debug")
+        loggers = ("awa_bridge", "awa_django")
+        configured = logging.getLogger().handlers or any(logging.getLogger(n).handlers for n in loggers)
+        if fmt is not None or not configured:
+            configure_logging(level, fmt or "text", loggers)
+            return
+        for name in loggers:
+            logging.getLogger(name).setLevel(level.upper())

@@ -5,7 +5,8 @@ The database server is the one the rest of the suite uses: tests/conftest.py
 or the embedded PostgreSQL) under a name of its own for this run, before
 pytest-django creates the test databases. A subprocess (``python -m django
 awa_worker --settings tests.django.project.settings``) gets the test database's
-URL in ``AWA_TEST_DATABASE_URL``.
+URL in ``AWA_TEST_DATABASE_URL`` (and, for the two-database set-up,
+``AWA_TEST_JOBS_DATABASE_URL`` with ``AWA_TEST_AWA_DATABASE=jobs``).
 """
 
 import os
@@ -62,12 +63,12 @@ STATIC_URL = "/static/"
 DATABASES = {
     "default": database_settings(_URL),
     # A second alias for the non-default-alias tests (awa on "jobs" with the router).
-    "jobs": database_settings(_URL),
+    "jobs": database_settings(os.environ.get("AWA_TEST_JOBS_DATABASE_URL", _URL)),
 }
 DATABASE_ROUTERS = ["awa_django.routers.AwaRouter"]
 
 AWA = {
-    "DATABASE": "default",
+    "DATABASE": os.environ.get("AWA_TEST_AWA_DATABASE", "default"),  # "jobs": the two-database set-up
     "QUEUES": {"default": {"max_workers": 4, "poll_interval": 0.2}, "email": {"max_workers": 2, "poll_interval": 0.2}},
     "PERIODIC": {
         "nightly_digest": {

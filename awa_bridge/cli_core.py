@@ -1,0 +1,153 @@
+"""The operator actions behind every shell front end, written once.
+
+``python -m awa_bridge jobs|queues|cron`` and Django's ``manage.py
+awa_jobs|awa_queues|awa_cron`` parse their own arguments, then call these
+with a *target* (a database URL, or a connection the bridge supports: the
+Django commands pass the awa alias's connection) and a ``write`` function for
+the output lines. So both say the same thing for the same action, and a fix
+lands in both. Errors are ``AwaError`` subclasses; each front end turns them
+into its one-line error (exit 2 for the CLI, ``CommandError`` for Django).
+Only rendering that a front end owns (its table style) stays with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import admin, cron
+from .cli_support import UsageError, format_errors, print_table
+from .enqueue import row_to_job
+from .errors import JobNotFound, ValidationError
+from .sql import QUERIES
+from .types import Job
+
+Write = Callable[[str], None]
+
+JOB_COLUMNS = ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at"]
+_AFTER = {
+    "retry": "available now, attempts reset",
+    "cancel": "cancelled",
+    "run-now": "available now",
+}
+_OPERATIONS: dict[str, Callable[[Any, int], Job]] = {
+    "retry": admin.retry_job,
+    "cancel": admin.cancel_job,
+    "run-now": admin.run_now,
+    "delete": admin.delete_job,
+}
+
+
+def _fetch(target: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    if isinstance(target, str):
+        import psycopg
+
+        from .drivers.psycopg import PsycopgSync
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            return PsycopgSync(conn).fetch_all(QUERIES[query], params)
+    from .drivers import detect_sync
+
+    return detect_sync(target).fetch_all(QUERIES[query], params)
+
+
+def describe(job: Job) -> str:
+    return f"job {job.id} ({job.kind}, queue {job.queue})"
+
+
+# -- jobs -------------------------------------------------------------------------------------------
+
+
+def list_jobs(target: Any, write: Write, *, state: str | None, queue: str | None, kind: str | None, limit: int) -> None:
+    """Newest first, filtered; one table."""
+    if limit < 1:
+        raise ValidationError("--limit", f"must be at least 1, got {limit}")
+    rows = _fetch(target, "list_jobs", {"queue": queue, "state": state, "kind": kind, "limit": limit})
+    print_table(rows, JOB_COLUMNS, write)
+
+
+def show_job(target: Any, job_id: int, write: Write) -> None:
+    """One job in full: its columns, args / metadata / progress as JSON, the error history as tracebacks."""
+    rows = _fetch(target, "get_job", {"id": job_id})
+    if not rows:
+        raise JobNotFound(job_id)
+    job = row_to_job(rows[0])
+    sections = ("args", "metadata", "progress", "errors")
+    fields = [(f.name, getattr(job, f.name)) for f in dataclasses.fields(job) if f.name not in sections]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        shown = getattr(value, "value", value)  # enums by their value
+        if hasattr(shown, "isoformat"):
+            shown = shown.isoformat(timespec="seconds")
+        write(f"{name.ljust(width)}  {'-' if shown is None else shown}")
+    for name in ("args", "metadata", "progress"):
+        write(f"{name}:")
+        text = json.dumps(getattr(job, name), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+        write("\n".join("  " + line for line in text.splitlines()))
+    write(f"errors ({len(job.errors)}):")
+    for line in format_errors(job.errors):
+        write(line)
+
+
+def job_action(target: Any, action: str, job_id: int, write: Write) -> Job:
+    """``retry`` / ``cancel`` / ``run-now`` / ``delete`` one job: one guarded statement, one line."""
+    job = _OPERATIONS[action](target, job_id)
+    if action == "delete":
+        write(f"{describe(job)} deleted (it was {job.state})")
+        return job
+    write(f"{describe(job)}: {_AFTER[action]}")
+    if action == "cancel":
+        write("  a running handler sees job.cancelled at its next heartbeat; its late result is discarded")
+    return job
+
+
+def retry_failed(target: Any, write: Write, *, kind: str | None, queue: str | None) -> None:
+    retried, skipped = admin.retry_failed_report(target, kind=kind, queue=queue)
+    scope = " ".join(f"{k} {v!r}" for k, v in (("kind", kind), ("queue", queue)) if v) or "all"
+    line = f"retried {retried} failed job(s) ({scope})"
+    if skipped:
+        line += f"; {skipped} left failed: another job holds their unique key"
+    write(line)
+
+
+# -- queues -----------------------------------------------------------------------------------------
+
+
+def pause_queue(
+    target: Any, name: str, write: Write, *, paused_by: str, create: bool, configured: Iterable[str] = ()
+) -> None:
+    """Pause a queue; a name nothing knows (no job, pause, worker, nor ``configured``) needs ``create``."""
+    known = set(configured)
+    if not create and name not in known and not admin.queue_known(target, name):
+        names = sorted(known | {s.queue for s in admin.queue_stats(target)})
+        raise UsageError(
+            f"unknown queue {name!r}: no job, pause or worker has used it (known: {', '.join(names) or 'none yet'}); "
+            "add --create to pause it before first use"
+        )
+    admin.pause_queue(target, name, paused_by=paused_by)
+    write(f"queue {name} paused: workers stop claiming within one poll interval; running jobs finish")
+
+
+def resume_queue(target: Any, name: str, write: Write) -> None:
+    admin.resume_queue(target, name)
+    write(f"queue {name} resumed")
+
+
+# -- cron -------------------------------------------------------------------------------------------
+
+
+def pause_schedule(target: Any, name: str, write: Write, *, paused_by: str | None) -> None:
+    cron.pause_schedule(target, name, paused_by=paused_by)
+    write(f"schedule {name} paused")
+
+
+def resume_schedule(target: Any, name: str, write: Write, *, skip_missed: bool) -> None:
+    cron.resume_schedule(target, name, skip_missed=skip_missed)
+    write(f"schedule {name} resumed" + (" (fires missed while paused skipped)" if skip_missed else ""))
+
+
+def trigger_schedule(target: Any, name: str, write: Write) -> None:
+    job = cron.trigger_schedule(target, name)
+    write(f"schedule {name}: enqueued job {job.id} ({job.kind} on {job.queue})")

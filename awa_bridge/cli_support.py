@@ -1,0 +1,148 @@
+"""What every shell front end shares: the database URL, one-line errors, tables, logging.
+
+``python -m awa_bridge`` (cli.py, admin_cli.py, cron_cli.py) and the Django
+management commands use these, so a mistake reads the same whichever command
+the user typed: one line saying what is wrong and what to do, never a driver
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import AwaError, SchemaNotMigrated, missing_schema
+
+
+class UsageError(AwaError):
+    """A command-line argument that cannot work (printed as one line, exit 2)."""
+
+
+def database_url(value: str | None) -> str:
+    """``--database-url`` or ``$DATABASE_URL``, checked to be a PostgreSQL URL before anything connects."""
+    url = value or os.environ.get("DATABASE_URL")
+    if not url:
+        raise UsageError("give --database-url URL or set DATABASE_URL")
+    check_database_url(url)
+    return url
+
+
+def check_database_url(url: str) -> None:
+    """Raise ``UsageError`` naming what is wrong with ``url`` (scheme, syntax); it does not connect."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme not in ("postgresql", "postgres"):
+        if scheme.startswith(("postgresql+", "postgres+")):
+            raise UsageError(
+                f"the database URL has the SQLAlchemy scheme {scheme!r}; give the plain postgresql:// form"
+            )
+        raise UsageError(f"the database URL must start with postgresql://, got {scheme}://...")
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        expected = "expected postgresql://USER@HOST:PORT/DBNAME"
+        raise UsageError(f"the database URL is not valid ({str(exc).strip()}); {expected}") from None
+
+
+def describe_failure(exc: BaseException) -> str | None:
+    """One line for a failure a user can fix (no schema, no server, bad URL); ``None`` for a bug."""
+    schema = exc if isinstance(exc, SchemaNotMigrated) else missing_schema(exc)
+    if schema is not None:
+        return str(schema)
+    if isinstance(exc, AwaError):
+        return str(exc)
+    if type(exc).__module__.split(".")[0] == "psycopg":
+        import psycopg
+
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, psycopg.OperationalError):
+            return f"cannot reach the database: {first}"
+        if isinstance(exc, psycopg.ProgrammingError) and "connection" in first:
+            return f"the database URL is not valid: {first}"
+    if isinstance(exc, (ConnectionError, socket.gaierror)):  # asyncpg's connect: refused, unknown host
+        return f"cannot reach the database: {exc}"
+    return None
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[str], write: Callable[[str], Any] = print) -> None:
+    if not rows:
+        write("(none)")
+        return
+    cells = [[cell(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for r in cells:
+        write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(timespec="seconds"))
+    return str(value)
+
+
+def format_errors(errors: list[Any]) -> list[str]:
+    """A job's ``errors`` entries (type, error, traceback, attempt, at) as readable lines."""
+    lines: list[str] = []
+    for entry in errors:
+        if not isinstance(entry, dict):
+            lines.append(f"  {entry}")
+            continue
+        kind = entry.get("type") or "error"
+        when = f"attempt {entry.get('attempt', '?')} at {entry.get('at', '?')}"
+        lines.append(f"  {when}: {kind}: {entry.get('error', '')}")
+        traceback = entry.get("traceback")
+        if traceback:
+            lines.extend("    " + line for line in str(traceback).rstrip().splitlines())
+    return lines
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the ``extra=`` fields, and the traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _RECORD_FIELDS and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def configure_logging(level: str, fmt: str = "text", loggers: tuple[str, ...] = ("awa_bridge",)) -> None:
+    """Send the ``loggers`` to stderr at ``level`` in ``fmt`` (text lines or JSON lines)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in loggers:
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.setLevel(getattr(logging, level.upper()))
+        logger.propagate = False

@@ -1,0 +1,287 @@
+"""``python -m awa_bridge`` as a user types it: subprocesses, good and bad arguments, fresh databases.
+
+A user who gets something wrong (no schema yet, a typo'd MODULE:CLIENT, a
+SQLAlchemy URL, a queue name that does not exist) gets one line on stderr
+saying what is wrong and what to do, and exit status 2; never a driver
+traceback, never a worker that loops on the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from awa_bridge import insert_job_sync
+from awa_bridge.migrations import load_migrations
+
+from .procs import unique_queue
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def awa(*args: str, url: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    if url is not None:
+        env["DATABASE_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", "awa_bridge", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit 2 with exactly one ``error: ...`` line on stderr containing ``words``."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# -- good paths ---------------------------------------------------------------------------------
+
+
+def test_help_and_usage() -> None:
+    done = awa("--help")
+    assert done.returncode == 0
+    for command in ("migrate", "worker", "jobs", "queues", "cron"):
+        assert command in done.stdout
+    assert awa().returncode == 2  # no command: argparse's usage error
+    worker_help = awa("worker", "--help")
+    assert "--log-format" in worker_help.stdout and "--log-level" in worker_help.stdout
+
+
+def test_migrate_a_fresh_database_then_list(make_database: Callable[[], str]) -> None:
+    url = make_database()
+    names = [m.name for m in load_migrations()]
+    dry = awa("migrate", "--dry-run", url=url)
+    assert dry.returncode == 0 and "would apply:" in dry.stdout and names[0] in dry.stdout
+    done = awa("migrate", url=url)
+    assert done.returncode == 0 and f"applied {len(names)} migration(s)" in done.stdout
+    assert "up to date" in awa("migrate", "--database-url", url).stdout
+    for command in (["jobs"], ["queues"], ["cron", "list"]):
+        listed = awa(*command, url=url)
+        assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+        assert "(none)" in listed.stdout or "(no schedules)" in listed.stdout
+
+
+def test_jobs_id_prints_the_error_history_as_tracebacks(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = insert_job_sync(conn, {"to": "ada@example.com"}, kind="send_email", queue="email")
+        trace = 'Traceback (most recent call last):\n  File "shop/tasks.py", line 9, in send\nTimeoutError: smtp'
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(), errors = ARRAY["
+            "jsonb_build_object('attempt', 1, 'type', 'TimeoutError', 'error', 'smtp', 'traceback', %s::text,"
+            " 'at', '2026-01-02T03:04:05+00:00')] WHERE id = %s",
+            (trace, job.id),
+        )
+    done = awa("jobs", "--id", str(job.id), url=db_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "errors (1):" in out
+    assert "  attempt 1 at 2026-01-02T03:04:05+00:00: TimeoutError: smtp" in out
+    assert "    Traceback (most recent call last):" in out
+    assert '      File "shop/tasks.py", line 9, in send' in out
+    assert "{'attempt'" not in out  # not the raw dict any more
+
+
+def test_worker_json_logs_and_sigterm_exits_0(workers, probe, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    queue = unique_queue()
+    worker = workers.start(queue, args=["--log-format", "json", "--log-level", "debug"])
+    worker.wait_started()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = insert_job_sync(conn, {"role": "ledger"}, kind="ledger", queue=queue)
+    from .procs import wait_for
+
+    wait_for(lambda: probe.value("SELECT state::text FROM awa.jobs WHERE id = %s", (job.id,)) == "completed", 15)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    entries = [json.loads(line) for line in worker.lines if line.strip()]
+    assert entries, worker.output
+    assert all({"time", "level", "logger", "message"} <= set(e) for e in entries)
+    assert any(e["message"].startswith("worker started") and e["level"] == "INFO" for e in entries)
+
+
+def test_worker_log_level_warning_hides_info(workers, probe, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    from .procs import wait_for
+
+    queue = unique_queue()
+    worker = workers.start(queue, args=["--log-level", "warning"])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = insert_job_sync(conn, {"role": "ledger"}, kind="ledger", queue=queue)
+    wait_for(lambda: probe.value("SELECT state::text FROM awa.jobs WHERE id = %s", (job.id,)) == "completed", 15)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    assert not worker.logged(" INFO "), worker.output
+
+
+def test_queues_pause_an_unknown_queue_needs_create(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        insert_job_sync(conn, {}, kind="k", queue="email")
+    one_line_error(awa("queues", "pause", "emial", url=db_url), "unknown queue 'emial'", "email", "--create")
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.queue_meta").fetchone()[0] == 0  # nothing written
+    assert awa("queues", "pause", "email", url=db_url).returncode == 0  # a known queue
+    created = awa("queues", "pause", "reports", "--create", url=db_url)
+    assert created.returncode == 0 and "queue reports paused" in created.stdout
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT queue, paused FROM awa.queue_meta ORDER BY queue").fetchall()
+    assert rows == [("email", True), ("reports", True)]
+
+
+# -- bad paths ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["jobs"], ["jobs", "--id", "1"], ["jobs", "retry", "1"], ["queues"], ["queues", "pause", "q"], ["cron", "list"]],
+)
+def test_commands_on_an_unmigrated_database_say_to_migrate(
+    make_database: Callable[[], str], command: list[str]
+) -> None:
+    url = make_database()
+    one_line_error(awa(*command, url=url), "awa schema", "python -m awa_bridge migrate")
+
+
+def test_worker_on_an_unmigrated_database_exits_at_once(make_database: Callable[[], str]) -> None:
+    url = make_database()
+    done = awa("worker", "tests.worker_app:client", url=url, timeout=30)
+    one_line_error(done, "lacks v001_schema.sql", "python -m awa_bridge migrate")
+    with psycopg.connect(url) as conn:  # it created nothing
+        assert conn.execute("SELECT to_regclass('awa.jobs')").fetchone()[0] is None
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("nosuch.module:client", ["no module named 'nosuch.module'"]),
+        ("tests.worker_app:nope", ["'tests.worker_app' has no attribute 'nope'"]),
+        ("tests.worker_app:os", ["tests.worker_app:os is a module, not an awa_bridge.worker.Client"]),
+        ("tests.worker_app", ["expected MODULE:CLIENT", "'tests.worker_app'"]),
+        (
+            "tests.cli_broken_app:client",
+            ["importing tests.cli_broken_app failed", "No module named 'awa_bridge_no_such_dependency'"],
+        ),
+    ],
+)
+def test_a_wrong_module_client_is_one_line(db_url: str, target: str, words: list[str]) -> None:
+    one_line_error(awa("worker", target, url=db_url, timeout=30), *words)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("nonsense", ["the database URL is not valid", "postgresql://USER@HOST:PORT/DBNAME"]),
+        ("mysql://localhost/shop", ["must start with postgresql://", "mysql://"]),
+        ("postgresql+psycopg://localhost/shop", ["SQLAlchemy scheme 'postgresql+psycopg'"]),
+        ("postgresql://postgres@127.0.0.1:1/x", ["cannot reach the database", "port 1"]),
+    ],
+)
+def test_a_wrong_database_url_is_one_line(url: str, words: list[str]) -> None:
+    for command in (["jobs", "--database-url", url], ["migrate", "--database-url", url], ["cron", "list"]):
+        env_url = url if command[0] == "cron" else None
+        one_line_error(awa(*command, url=env_url), *words)
+
+
+def test_a_database_that_does_not_exist_is_one_line(server_url: str) -> None:
+    from .dbutil import with_dbname
+
+    url = with_dbname(server_url, "awa_no_such_database")
+    one_line_error(awa("jobs", "--database-url", url), "cannot reach the database", "awa_no_such_database")
+    one_line_error(awa("worker", "tests.worker_app:client", url=url, timeout=30), "awa_no_such_database")
+
+
+def test_no_database_url_at_all() -> None:
+    one_line_error(awa("jobs"), "--database-url", "DATABASE_URL")
+
+
+# -- the README's commands ----------------------------------------------------------------------
+
+
+def readme_commands() -> list[str]:
+    """The ``python -m awa_bridge ...`` lines of the README's bash blocks, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        for line in block.splitlines():
+            command = line.split("  #", 1)[0].strip()
+            if command.startswith("python -m awa_bridge "):
+                lines.append(command)
+    return lines
+
+
+def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path: Path) -> None:
+    """Set up a database, write the README's myapp/jobs.py, run its worker, inspect: each line as printed.
+
+    (The two install-and-run lines are covered by tests/django/test_example_shop.py, which runs the
+    demo they end with, and by running this suite.)
+    """
+    from .test_docs import blocks
+
+    commands = readme_commands()
+    migrate = [c for c in commands if " migrate " in c]
+    assert len(migrate) == 2 and len(commands) >= 5
+    url = make_database()
+    for command in migrate:
+        argv = shlex.split(command.replace("postgresql://user@host/db", url))
+        done = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    with psycopg.connect(url) as conn:
+        applied = [r[0] for r in conn.execute("SELECT name FROM awa.bridge_migrations ORDER BY name")]
+    assert applied == [m.name for m in load_migrations()]
+    assert "nothing to apply" in done.stdout  # the dry run, after the apply
+
+    # myapp/jobs.py as the README writes it (its args class comes from the quickstart block).
+    readme = blocks("README.md")
+    args_block = next(b.code for b in readme if "class SendConfirmationEmail" in b.code)
+    jobs_block = next(b.code for b in readme if b.code.startswith("# myapp/jobs.py"))
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(args_block + "\n\n" + jobs_block)
+    env = {**os.environ, "DATABASE_URL": url}
+    for command in commands:
+        if command.startswith("python -m awa_bridge worker "):
+            worker = subprocess.Popen(
+                [sys.executable, *shlex.split(command)[1:]],
+                cwd=tmp_path,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            try:
+                first = worker.stdout.readline() if worker.stdout else ""
+                assert "worker started" in first or worker.poll() is None, first
+                worker.send_signal(signal.SIGTERM)
+                out = first + worker.communicate(timeout=30)[0]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.communicate()
+            assert worker.returncode == 0, out
+            assert "worker started: queues email (20 workers), default (5 workers)" in out, out
+        elif " migrate " not in command:
+            done = subprocess.run(
+                [sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
+            )
+            assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
