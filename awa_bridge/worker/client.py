@@ -135,8 +135,8 @@ class Client:
             raise RuntimeError("this client's worker is already running")
         # Refuse a database the real Awa migrated (ForeignSchema) or an unmigrated one
         # (SchemaNotMigrated) at once, with one line, before any loop starts.
-        await refuse_worker_on_awa_pg(self.database_url)
         await asyncio.to_thread(require_schema, self.database_url)
+        await refuse_worker_on_awa_pg(self.database_url)
         if self.schedules:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
