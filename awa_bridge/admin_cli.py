@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import signal
 from typing import Any
 
 from . import admin
@@ -28,8 +29,49 @@ def _describe(job: Any) -> str:
     return f"job {job.id} ({job.kind}, queue {job.queue})"
 
 
+def operator_name(ns: argparse.Namespace) -> str:
+    """Who acts: ``--operator NAME``, else ``cli:<login>`` (recorded on each job's timeline)."""
+    return str(ns.operator or f"cli:{getpass.getuser()}")
+
+
+def _run_set(url: str, ns: argparse.Namespace) -> int:
+    """``jobs retry|cancel|delete|run-now --state S --kind K --queue Q``: every matching job, in batches.
+
+    Ctrl-C (SIGINT) stops after the batch in progress; what was done stays done
+    and the summary says it stopped.
+    """
+    if ns.state is None and ns.kind is None and ns.queue is None:
+        raise ValidationError(
+            "ID", f"jobs {ns.action} needs a job id or a filter, e.g. `jobs {ns.action} 42` or `--state failed`"
+        )
+    operation = {
+        "retry": admin.retry_jobs,
+        "cancel": admin.cancel_jobs,
+        "run-now": admin.run_jobs_now,
+        "delete": admin.delete_jobs,
+    }[ns.action]
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        result = operation(
+            url,
+            state=ns.state,
+            kind=ns.kind,
+            queue=ns.queue,
+            operator=operator_name(ns),
+            batch_size=ns.batch_size,
+            max_jobs=ns.max_jobs,
+            time_budget=ns.time_budget,
+            should_stop=lambda: bool(interrupted),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(result.summary())
+    return 0 if result.complete or result.stopped == "max_jobs" else 1
+
+
 def run_job_action(url: str, ns: argparse.Namespace) -> int:
-    """``jobs retry|cancel|delete|run-now ID`` and ``jobs retry-failed [--kind K] [--queue Q]``."""
+    """``jobs retry|cancel|delete|run-now ID|--state S --kind K --queue Q`` and ``jobs retry-failed``."""
     action = ns.action
     if action == "retry-failed":
         if ns.job_id is not None:
@@ -42,13 +84,15 @@ def run_job_action(url: str, ns: argparse.Namespace) -> int:
         print(line)
         return 0
     if ns.job_id is None:
-        raise ValidationError("ID", f"jobs {action} needs a job id, e.g. `jobs {action} 42`")
+        return _run_set(url, ns)
+    if ns.state is not None or ns.kind is not None or ns.queue is not None:
+        raise ValidationError("ID", f"jobs {action} takes a job id or a filter (--state, --kind, --queue), not both")
     if action == "delete":
-        job = admin.delete_job(url, ns.job_id)
+        job = admin.delete_job(url, ns.job_id, operator=operator_name(ns))
         print(f"{_describe(job)} deleted (it was {job.state})")
         return 0
     operation = {"retry": admin.retry_job, "cancel": admin.cancel_job, "run-now": admin.run_now}[action]
-    job = operation(url, ns.job_id)
+    job = operation(url, ns.job_id, operator=operator_name(ns))
     print(f"{_describe(job)}: {_AFTER[action]}")
     if action == "cancel":
         print("  a running handler sees job.cancelled at its next heartbeat; its late result is discarded")

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections, transaction
@@ -39,6 +40,7 @@ from awa_bridge import cron as cron_ops
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
+from .admin_actions import log_action, operator_of, plain_filter, run_set_action
 from .models import STATE_CHOICES, CronJob, Job, QueueMeta
 
 FILTER_CHOICES_LIMIT = 500
@@ -179,7 +181,7 @@ class JobAdmin(ReadOnlyModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT the whole table per filter choice
     paginator = EstimatedCountPaginator
-    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_selected")
+    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
     readonly_fields = (
         "id",
         "kind",
@@ -294,26 +296,65 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     # -- actions -------------------------------------------------------------------------
 
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # replaced by delete_jobs: one summary, running jobs skipped
+        return actions
+
     @admin.action(description="Retry selected jobs", permissions=["retry"])
     def retry_jobs(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.retry_job, "job(s) made available again")
+        run_set_action(self, request, queryset, "retry")
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_jobs(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.cancel_job, "job(s) cancelled")
+        run_set_action(self, request, queryset, "cancel")
 
     @admin.action(description="Run selected jobs now", permissions=["run_now"])
     def run_jobs_now(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.run_now, "job(s) made available now")
+        run_set_action(self, request, queryset, "run_now")
+
+    @admin.action(description="Delete selected jobs", permissions=["delete"])
+    def delete_jobs(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """Asks first (a page naming the set), then deletes in batches; running jobs are skipped."""
+        if request.POST.get("awa_confirm") == "yes":
+            run_set_action(self, request, queryset, "delete")
+            return None
+        across = request.POST.get("select_across") == "1"
+        filters = plain_filter(request) if across else None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Delete jobs?",
+            "across": across,
+            "filters": sorted((filters or {}).items()),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "count": None if across else len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/awa_django/job/delete_jobs_confirmation.html", context)
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        _run_each(request, self, [obj.id], ops.delete_job, "job deleted")
+        request._awa_deleted = False  # type: ignore[attr-defined]
+        try:
+            ops.delete_job(connections[self.model.objects.db], obj.id, operator=operator_of(request))
+        except AwaError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        request._awa_deleted = True  # type: ignore[attr-defined]
+        log_action(request, Job, "delete", f"job {obj.id} deleted", f"job {obj.id}", single_id=obj.id)
 
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.delete_job, "job(s) deleted")
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        if not getattr(request, "_awa_deleted", False):  # refused: the error is the only message
+            return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[obj_id]))
+        return super().response_delete(request, obj_display, obj_id)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.state == "running":
+            return False  # cancel it first: no Delete button on a running job
+        return super().has_delete_permission(request, obj)
 
     def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
-        return None  # the admin log has no rows for jobs: they are not Django objects
+        return None  # logged once per action by admin_actions.log_action
 
     def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> None:
         return None
@@ -357,7 +398,13 @@ class JobAdmin(ReadOnlyModelAdmin):
             job_id = int(object_id)
         except ValueError:
             raise PermissionDenied from None
-        _run_each(request, self, [job_id], operation, f"job {job_id} {done}")
+        try:
+            operation(connections[self.model.objects.db], job_id, operator=operator_of(request))
+        except AwaError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, f"Job {job_id} {done}.", messages.SUCCESS)
+            log_action(request, Job, action, f"job {job_id} {done}", f"job {job_id}", single_id=job_id)
         return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[job_id]))
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> Any:
@@ -370,10 +417,6 @@ class JobAdmin(ReadOnlyModelAdmin):
                 for name, label in extra_context["awa_job_actions"]
             ]
         return super().change_view(request, object_id, form_url, extra_context)
-
-
-def _ids(queryset: Any) -> list[int]:
-    return list(queryset.values_list("id", flat=True))
 
 
 # -- queues ------------------------------------------------------------------------------------

@@ -48,7 +48,10 @@ def migrated_url(server_url: str) -> Iterator[str]:
 def db_url(migrated_url: str) -> str:
     """The session's migrated database, with every awa table emptied."""
     with psycopg.connect(migrated_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, awa.queue_rollups RESTART IDENTITY CASCADE")
+        conn.execute(
+            "TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, "
+            "awa.queue_rollups, awa.job_actions RESTART IDENTITY CASCADE"
+        )
         conn.execute("DROP TABLE IF EXISTS app_orders")
         conn.execute("CREATE TABLE app_orders (id serial PRIMARY KEY, note text NOT NULL)")
     return migrated_url

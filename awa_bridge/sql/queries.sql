@@ -445,6 +445,12 @@ WITH target AS (
               j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
               j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
               j.progress::text AS progress
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'retry', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -474,6 +480,12 @@ WITH target AS (
               j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
               j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
               j.progress::text AS progress
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'cancel', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -520,6 +532,12 @@ WITH target AS (
               j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
               j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
               j.progress::text AS progress
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'run_now', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -540,6 +558,12 @@ WITH target AS (
               j.callback_id::text AS callback_id, j.callback_timeout_at, j.callback_filter,
               j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
               j.progress::text AS progress
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'delete', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -646,6 +670,216 @@ FROM awa.queue_meta AS m
 WHERE CAST(%(queue)s AS text) IS NULL
   AND NOT EXISTS (SELECT 1 FROM awa.jobs AS j WHERE j.queue = m.queue)
 ORDER BY queue
+
+-- ---------------------------------------------------------------------------
+-- Set-based admin operations (awa_bridge.admin.retry_jobs / cancel_jobs /
+-- run_jobs_now / delete_jobs). ONE statement per batch: `picked` is the batch,
+-- chosen either by id (%(ids)s, a selection) or by filter (%(ids)s NULL:
+-- states, kind, queue, keyset after %(after)s in id order, served by
+-- jobs_queue_state_idx / jobs_kind_state_idx), and locked in id order;
+-- `allowed` keeps the rows whose locked state allows the action; the change
+-- is recorded in awa.job_actions when an operator is named; the result row
+-- says how far the batch went (last_id, the next keyset bound) and why the
+-- rows left alone were skipped ({"completed": 19, ...}). A job whose unique
+-- key another live job holds (or an older job of the same batch being made
+-- available with it) is skipped, not an error: one such row must not abort
+-- a batch of thousands.
+-- ---------------------------------------------------------------------------
+
+-- name: bulk_retry_jobs
+-- As retry_job, over a batch.
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), ranked AS (
+    SELECT a.id, a.unique_key,
+           a.unique_key IS NOT NULL AND awa.job_state_in_bitmask(a.unique_states, 'available') AS keyed,
+           row_number() OVER (PARTITION BY a.unique_key ORDER BY a.id) AS nth
+    FROM allowed AS a
+), eligible AS (
+    SELECT r.id FROM ranked AS r
+    WHERE NOT r.keyed
+       OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.jobs AS o
+               WHERE o.unique_key = r.unique_key AND awa.job_state_in_bitmask(o.unique_states, o.state)
+                 AND o.id <> r.id))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+        heartbeat_at = NULL, deadline_at = NULL,
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM eligible
+    WHERE j.id = eligible.id
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'retry', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_cancel_jobs
+-- As cancel_job, over a batch (running jobs find out at their next heartbeat).
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('cancelled by an operator while %%s', allowed.state),
+            'type', 'AdminCancel', 'attempt', j.attempt, 'at', now())),
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM allowed
+    WHERE j.id = allowed.id
+    RETURNING j.id, j.queue
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'cancel', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       0 AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_run_jobs_now
+-- As run_job_now, over a batch.
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), ranked AS (
+    SELECT a.id, a.unique_key,
+           a.unique_key IS NOT NULL AND awa.job_state_in_bitmask(a.unique_states, 'available') AS keyed,
+           row_number() OVER (PARTITION BY a.unique_key ORDER BY a.id) AS nth
+    FROM allowed AS a
+), eligible AS (
+    SELECT r.id FROM ranked AS r
+    WHERE NOT r.keyed
+       OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.jobs AS o
+               WHERE o.unique_key = r.unique_key AND awa.job_state_in_bitmask(o.unique_states, o.state)
+                 AND o.id <> r.id))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', run_at = now()
+    FROM eligible
+    WHERE j.id = eligible.id
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'run_now', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_delete_jobs
+-- As delete_job, over a batch (running jobs are skipped: cancel them first).
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), changed AS (
+    DELETE FROM awa.jobs AS j
+    USING allowed
+    WHERE j.id = allowed.id
+    RETURNING j.id, j.queue
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'delete', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       0 AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
 
 -- ---------------------------------------------------------------------------
 -- Receipts (awa_bridge.receipts), on the caller's connection and transaction.

@@ -21,7 +21,10 @@ def awa(transactional_db: None) -> Iterator[None]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, awa.queue_rollups RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, "
+            "awa.queue_rollups, awa.job_actions RESTART IDENTITY CASCADE"
+        )
     yield
     connection.close()
 

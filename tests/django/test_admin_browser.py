@@ -137,7 +137,7 @@ def test_an_operator_works_through_the_admin(awa: None, live_server: Any, page: 
 
     # Retry it.
     page.locator('input[value="Retry"]').click()
-    assert f"job {failed} made available again" in page.locator("ul.messagelist").inner_text()
+    assert f"Job {failed} made available again" in page.locator("ul.messagelist").inner_text()
     assert job_state(failed) == "available"
     expect(page.locator('input[value="Retry"]')).to_have_count(0)  # available: nothing to retry any more
 

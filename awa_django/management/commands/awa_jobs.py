@@ -1,7 +1,13 @@
-"""``manage.py awa_jobs list|show|retry|cancel|run-now|delete|retry-failed``."""
+"""``manage.py awa_jobs list|show|retry|cancel|run-now|delete|retry-failed``.
+
+retry / cancel / run-now / delete take job ids, or a filter for the set operations of
+``awa_bridge.admin`` (``awa_jobs retry --state failed --kind K``); the operator (``--operator``,
+default ``manage.py:<user>``) is recorded on each job's timeline.
+"""
 
 from __future__ import annotations
 
+import getpass
 import json
 from typing import Any
 
@@ -36,8 +42,17 @@ class Command(AwaCommand):
             ("run-now", "make a scheduled or retryable job available now"),
             ("delete", "delete a job in any state but running"),
         ):
-            sub = actions.add_parser(name, help=text, description=text)
-            sub.add_argument("job_ids", type=int, nargs="+", metavar="ID")
+            sub = actions.add_parser(
+                name,
+                help=text,
+                description=f"{text}. Without ID: every job matching --state / --kind / --queue, in batches "
+                "(one statement each), with one summary line.",
+            )
+            sub.add_argument("job_ids", type=int, nargs="*", metavar="ID")
+            sub.add_argument("--state", choices=[value for value, _ in STATE_CHOICES])
+            sub.add_argument("--kind")
+            sub.add_argument("--queue")
+            sub.add_argument("--operator", help="who acts, on each job's timeline (default manage.py:<user>)")
         bulk = actions.add_parser("retry-failed", help="retry every failed job, optionally of one kind or queue")
         bulk.add_argument("--kind")
         bulk.add_argument("--queue")
@@ -54,6 +69,8 @@ class Command(AwaCommand):
             if skipped:
                 line += f"; {skipped} left failed: another job holds their unique key"
             self.stdout.write(line)
+        elif not options["job_ids"]:
+            self._set(action, options)
         else:
             operation = {
                 "retry": admin.retry_job,
@@ -61,10 +78,30 @@ class Command(AwaCommand):
                 "run-now": admin.run_now,
                 "delete": admin.delete_job,
             }[action]
+            if options["state"] or options["kind"] or options["queue"]:
+                raise CommandError("give job ids or a filter (--state, --kind, --queue), not both")
             for job_id in options["job_ids"]:
-                job = operation(awa_connection(), job_id)
+                job = operation(awa_connection(), job_id, operator=_operator(options))
                 done = "deleted" if action == "delete" else f"now {job.state}"
                 self.stdout.write(f"job {job.id} ({job.kind}, queue {job.queue}): {done}")
+
+    def _set(self, action: str, options: dict[str, Any]) -> None:
+        if not (options["state"] or options["kind"] or options["queue"]):
+            raise CommandError(f"{action} needs job ids or a filter (--state, --kind, --queue)")
+        operation = {
+            "retry": admin.retry_jobs,
+            "cancel": admin.cancel_jobs,
+            "run-now": admin.run_jobs_now,
+            "delete": admin.delete_jobs,
+        }[action]
+        result = operation(
+            awa_connection(),
+            state=options["state"],
+            kind=options["kind"],
+            queue=options["queue"],
+            operator=_operator(options),
+        )
+        self.stdout.write(result.summary())
 
     def _list(self, options: dict[str, Any]) -> None:
         if options["limit"] < 1:
@@ -113,6 +150,10 @@ class Command(AwaCommand):
             )
             if error.get("traceback"):
                 self.stdout.write(_indent(error["traceback"].rstrip(), 4))
+
+
+def _operator(options: dict[str, Any]) -> str:
+    return str(options.get("operator") or f"manage.py:{getpass.getuser()}")
 
 
 def _indent(text: str, spaces: int = 2) -> str:
