@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -36,12 +35,11 @@ from django.utils.timesince import timesince
 
 from awa_bridge import AwaError
 from awa_bridge import admin as ops
-from awa_bridge import cron as cron_ops
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 from .admin_actions import log_action, operator_of, plain_filter, run_set_action
-from .models import STATE_CHOICES, CronJob, Job, QueueMeta
+from .models import STATE_CHOICES, Job, QueueMeta
 
 FILTER_CHOICES_LIMIT = 500
 
@@ -464,73 +462,6 @@ class QueueAdmin(ReadOnlyModelAdmin):
         return HttpResponseRedirect(reverse("admin:awa_django_queuemeta_changelist"))
 
 
-# -- cron schedules ----------------------------------------------------------------------------
+# -- cron schedules, overview and workers: their own modules, registered on import --------------
 
-
-@admin.register(CronJob)
-class CronJobAdmin(ReadOnlyModelAdmin):
-    list_display = ("name", "cron_expr", "timezone", "kind", "queue", "next_fire", "last_enqueued_at", "paused_label")
-    readonly_fields = (
-        "name",
-        "cron_expr",
-        "timezone",
-        "kind",
-        "queue",
-        "priority",
-        "max_attempts",
-        "missed_fire_policy",
-        "next_fire",
-        "last_enqueued_at",
-        "paused_label",
-        "paused_by",
-        "created_at",
-        "updated_at",
-        "pretty_args",
-        "pretty_metadata",
-    )
-    fields = readonly_fields
-    actions = ("trigger_schedules", "pause_schedules", "resume_schedules")
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("awa_django.pause_cronjob")
-
-    def has_trigger_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("awa_django.trigger_cronjob")
-
-    @admin.display(description="next fire")
-    def next_fire(self, row: CronJob) -> datetime | str:
-        if row.paused_at is not None:
-            return "paused"
-        base = max(row.last_enqueued_at or row.created_at, timezone.now())
-        try:
-            return cron_ops.next_fire_time(row.cron_expr, row.timezone, base)
-        except Exception:
-            return "-"
-
-    @admin.display(description="paused", boolean=True)
-    def paused_label(self, row: CronJob) -> bool:
-        return row.paused
-
-    @admin.display(description="args")
-    def pretty_args(self, row: CronJob) -> str:
-        return _pretty_json(row.args)
-
-    @admin.display(description="metadata")
-    def pretty_metadata(self, row: CronJob) -> str:
-        return _pretty_json(row.metadata)
-
-    @admin.action(description="Trigger selected schedules now", permissions=["trigger"])
-    def trigger_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, cron_ops.trigger_schedule, "schedule(s) triggered: one job each enqueued")
-
-    @admin.action(description="Pause selected schedules", permissions=["pause"])
-    def pause_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        by = f"admin:{request.user.get_username()}"
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, lambda c, n: cron_ops.pause_schedule(c, n, paused_by=by), "schedule(s) paused")
-
-    @admin.action(description="Resume selected schedules", permissions=["pause"])
-    def resume_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, cron_ops.resume_schedule, "schedule(s) resumed")
+from . import admin_cron  # noqa: E402, F401

@@ -24,13 +24,14 @@ CREATE INDEX job_actions_at_idx ON awa.job_actions (at);
 -- declaration set deletes the declared schedules of its owner it no longer
 -- declares); 'database' schedules were created by an operator and are never
 -- touched by a worker. Kept beside awa.cron_jobs, whose columns are fixed by
--- the shared contract. Every schedule that exists now was declared (there
--- was no other way to create one before this migration).
+-- the shared contract. Every schedule that exists now was declared by the
+-- default owner (there was no other way to create one before this migration).
 CREATE TABLE awa.cron_job_sources (
     name   text NOT NULL PRIMARY KEY REFERENCES awa.cron_jobs (name) ON DELETE CASCADE,
     source text NOT NULL,
-    owner  text NOT NULL DEFAULT 'default',
+    owner  text,
 
-    CONSTRAINT cron_job_sources_source_check CHECK (source IN ('declared', 'database'))
+    CONSTRAINT cron_job_sources_source_check CHECK (source IN ('declared', 'database')),
+    CONSTRAINT cron_job_sources_owner_check CHECK ((source = 'declared') = (owner IS NOT NULL))
 );
-INSERT INTO awa.cron_job_sources (name, source) SELECT name, 'declared' FROM awa.cron_jobs;
+INSERT INTO awa.cron_job_sources (name, source, owner) SELECT name, 'declared', 'default' FROM awa.cron_jobs;

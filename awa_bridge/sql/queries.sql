@@ -326,40 +326,106 @@ LIMIT %(limit)s
 -- name: upsert_cron_job
 -- A declaration: insert, or replace the definition columns when one differs.
 -- last_enqueued_at, paused_at/paused_by and created_at are never touched.
+-- The schedule is marked declared by %(owner)s in awa.cron_job_sources (a
+-- database-only schedule of the same name becomes declared: code wins).
 -- Returns a row only when something was inserted or changed.
-INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                                tags, metadata, missed_fire_policy, created_at, updated_at)
-VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
-        COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
-ON CONFLICT (name) DO UPDATE
-SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-    queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-    max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
-    missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
-WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
-       c.metadata, c.missed_fire_policy)
-      IS DISTINCT FROM
-      (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-       EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-       EXCLUDED.missed_fire_policy)
+WITH upserted AS (
+    INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                                    tags, metadata, missed_fire_policy, created_at, updated_at)
+    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
+            COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
+    ON CONFLICT (name) DO UPDATE
+    SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
+        queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
+        missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
+    WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
+           c.metadata, c.missed_fire_policy)
+          IS DISTINCT FROM
+          (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
+           EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
+           EXCLUDED.missed_fire_policy)
+    RETURNING c.name
+), sourced AS (
+    INSERT INTO awa.cron_job_sources AS s (name, source, owner)
+    VALUES (CAST(%(name)s AS text), 'declared', CAST(%(owner)s AS text))
+    ON CONFLICT (name) DO UPDATE SET source = 'declared', owner = EXCLUDED.owner
+    WHERE (s.source, s.owner) IS DISTINCT FROM ('declared', EXCLUDED.owner)
+    RETURNING s.name
+)
+SELECT name FROM upserted UNION SELECT name FROM sourced
+
+-- name: prune_declared_cron_jobs
+-- Settings and code are the source of truth: at worker start, the schedules
+-- %(owner)s declared before but no longer declares are deleted (with their
+-- source rows), so they never fire again. Database-only schedules and other
+-- owners' are left alone.
+DELETE FROM awa.cron_jobs AS c
+USING awa.cron_job_sources AS s
+WHERE s.name = c.name AND s.source = 'declared' AND s.owner = CAST(%(owner)s AS text)
+  AND NOT (c.name = ANY(CAST(%(names)s AS text[])))
 RETURNING c.name
 
+-- name: create_cron_job
+-- A database-only schedule (admin, `awa_cron create`): never replaces an
+-- existing one; a worker never deletes it.
+WITH created AS (
+    INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                               tags, metadata, missed_fire_policy)
+    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name
+), sourced AS (
+    INSERT INTO awa.cron_job_sources (name, source) SELECT name, 'database' FROM created
+    RETURNING name
+)
+SELECT name FROM created WHERE EXISTS (SELECT 1 FROM sourced)
+
+-- name: lock_cron_job_source
+-- Where a schedule comes from, its row locked for an edit or a delete
+-- (source NULL: no source row, a schedule written by someone else).
+SELECT c.name, s.source, s.owner
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
+FOR UPDATE OF c
+
+-- name: update_cron_job
+-- Edit of a database-only schedule (the caller checked its source under the
+-- lock). Firing goes on from last_enqueued_at with the new expression.
+UPDATE awa.cron_jobs
+SET cron_expr = CAST(%(cron_expr)s AS text), timezone = CAST(%(timezone)s AS text),
+    kind = CAST(%(kind)s AS text), queue = CAST(%(queue)s AS text), args = CAST(%(args)s AS jsonb),
+    priority = CAST(%(priority)s AS smallint), max_attempts = CAST(%(max_attempts)s AS smallint),
+    tags = CAST(%(tags)s AS text[]), metadata = CAST(%(metadata)s AS jsonb),
+    missed_fire_policy = CAST(%(missed_fire_policy)s AS text), updated_at = now()
+WHERE name = CAST(%(name)s AS text)
+RETURNING name
+
 -- name: list_cron_jobs
-SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
-       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
-       paused_at, paused_by, clock_timestamp() AS db_now
-FROM awa.cron_jobs
-ORDER BY name
+-- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
+-- source row: written by someone else, treated as database-only).
+SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
+       s.owner, clock_timestamp() AS db_now
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+ORDER BY c.name
 
 -- name: get_cron_job
-SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
-       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
-       paused_at, paused_by, clock_timestamp() AS db_now
-FROM awa.cron_jobs
-WHERE name = CAST(%(name)s AS text)
+-- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
+-- source row: written by someone else, treated as database-only).
+SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
+       s.owner, clock_timestamp() AS db_now
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
 
 -- name: cron_fire_candidates
 -- The leader's cheap unlocked look at what may be due; the database clock is

@@ -1,11 +1,12 @@
-"""``manage.py awa_cron list|trigger|pause|resume``."""
+"""``manage.py awa_cron list|trigger|pause|resume|create|edit|delete``."""
 
 from __future__ import annotations
 
 import getpass
 from typing import Any
 
-from awa_bridge import cron
+from awa_bridge import cron, cron_edit
+from awa_bridge.cron_cli import add_definition_arguments, schedule_from_options
 
 from ...db import awa_alias, awa_connection
 from ._base import AwaCommand
@@ -14,7 +15,8 @@ from ._base import AwaCommand
 class Command(AwaCommand):
     help = (
         "Operate the periodic schedules in awa.cron_jobs (those of AWA['PERIODIC'] are stored there when a "
-        "worker starts). An unknown name exits 1 and changes nothing."
+        "worker starts, and one removed from there is deleted at the next start). create / edit / delete work on "
+        "database-only schedules. An unknown name or a bad value exits 1 and changes nothing."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -28,6 +30,14 @@ class Command(AwaCommand):
         resume = actions.add_parser("resume", help="fire a schedule again (its missed_fire_policy covers the pause)")
         resume.add_argument("name", metavar="NAME")
         resume.add_argument("--skip-missed", action="store_true", help="skip the fires that fell due while paused")
+        create = actions.add_parser("create", help="create a database-only schedule (--cron and --kind required)")
+        create.add_argument("name", metavar="NAME")
+        add_definition_arguments(create)
+        edit = actions.add_parser("edit", help="change a database-only schedule (options not given keep their value)")
+        edit.add_argument("name", metavar="NAME")
+        add_definition_arguments(edit)
+        delete = actions.add_parser("delete", help="delete a database-only schedule")
+        delete.add_argument("name", metavar="NAME")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.db import transaction
@@ -44,6 +54,7 @@ class Command(AwaCommand):
                 [
                     (
                         s.name,
+                        s.source,
                         s.cron_expr,
                         s.timezone,
                         s.kind,
@@ -54,7 +65,7 @@ class Command(AwaCommand):
                     )
                     for s in schedules
                 ],
-                ["name", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
+                ["name", "source", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
             )
         elif action == "trigger":
             job = cron.trigger_schedule(awa_connection(), options["name"])
@@ -64,6 +75,18 @@ class Command(AwaCommand):
                 awa_connection(), options["name"], paused_by=options["by"] or f"manage.py:{getpass.getuser()}"
             )
             self.stdout.write(f"schedule {options['name']} paused")
-        else:
+        elif action == "resume":
             cron.resume_schedule(awa_connection(), options["name"], skip_missed=options["skip_missed"])
             self.stdout.write(f"schedule {options['name']} resumed")
+        elif action == "create":
+            cron_edit.create_schedule(awa_connection(), schedule_from_options(options["name"], options, None))
+            self.stdout.write(f"schedule {options['name']} created (database-only)")
+        elif action == "edit":
+            current = cron.get_schedule(awa_connection(), options["name"])
+            if current.source == "declared":
+                raise cron_edit.DeclaredSchedule(current.name, current.owner)
+            cron_edit.update_schedule(awa_connection(), schedule_from_options(options["name"], options, current))
+            self.stdout.write(f"schedule {options['name']} updated")
+        else:
+            cron_edit.delete_schedule(awa_connection(), options["name"])
+            self.stdout.write(f"schedule {options['name']} deleted")
