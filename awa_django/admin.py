@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -31,7 +32,6 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
-from django.utils.timesince import timesince
 
 from awa_bridge import AwaError
 from awa_bridge import admin as ops
@@ -39,7 +39,10 @@ from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 from .admin_actions import log_action, operator_of, plain_filter, run_set_action
+from .admin_paging import keyset_page, pager, take_keyset
+from .display import humanize_seconds, show_time, truncated
 from .models import STATE_CHOICES, Job, QueueMeta
+from .timeline import job_timeline, operator_actions, user_frames
 
 FILTER_CHOICES_LIMIT = 500
 
@@ -82,6 +85,19 @@ def _names(query: str, alias: str) -> list[str]:
     return [next(iter(row.values())) for row in rows]
 
 
+def matching_kinds(term: str, alias: str) -> list[str]:
+    """The known kinds containing ``term`` (prefix or substring, any case), exact match included.
+
+    The kinds come from a loose index scan (one probe per distinct kind, at
+    most ``FILTER_CHOICES_LIMIT``), so the job list then filters with
+    ``kind IN (...)``, served by ``jobs_kind_state_idx``: a kind search never
+    scans the jobs.
+    """
+    needle = term.lower()
+    kinds = [kind for kind in _names("list_job_kinds", alias) if needle in kind.lower()]
+    return kinds if term in kinds or not term else [*kinds, term]
+
+
 class _NameFilter(admin.SimpleListFilter):
     query = ""
 
@@ -118,6 +134,33 @@ class StateFilter(admin.SimpleListFilter):
         if self.value():
             return queryset.filter(state=self.value())
         return queryset
+
+
+def _error_block(error: dict[str, Any]) -> str:
+    """One error entry: the user's frames first, the full traceback one click away."""
+    text = str(error.get("traceback") or "")
+    return format_html(
+        '<div class="awa-error"><p><strong>Attempt {}</strong> {}: <code>{}</code>: '
+        '<span class="awa-error-message">{}</span></p>{}</div>',
+        error.get("attempt", "?"),
+        show_time(_parse_time(error.get("at"))),
+        error.get("type", "Error"),
+        error.get("error", ""),
+        format_html(
+            '<pre class="awa-user-frames">{}</pre><details class="awa-traceback"><summary>Full traceback</summary>'
+            "<pre>{}</pre></details>",
+            user_frames(text),
+            text,
+        )
+        if text
+        else "",
+    )
+
+
+def _parse_time(value: Any) -> datetime | None:
+    from django.utils.dateparse import parse_datetime
+
+    return value if isinstance(value, datetime) else parse_datetime(value) if isinstance(value, str) else None
 
 
 def _pretty_json(value: Any) -> str:
@@ -170,11 +213,27 @@ class ReadOnlyModelAdmin(admin.ModelAdmin):
 @admin.register(Job)
 class JobAdmin(ReadOnlyModelAdmin):
     deletable = True  # guarded by Django's delete permission, through awa_bridge.admin.delete_job
-    list_display = ("id", "kind", "queue", "state_label", "priority", "attempts", "run_at", "created_at", "age")
-    list_display_links = ("id", "kind")
+    list_display = (
+        "id",
+        "state_label",
+        "kind_label",
+        "queue_label",
+        "priority",
+        "attempts",
+        "run_at_label",
+        "started",
+        "finished",
+        "duration",
+        "age",
+    )
+    list_display_links = ("id", "kind_label")
     list_filter = (StateFilter, QueueFilter, KindFilter)
-    search_fields = ("kind",)  # replaced by get_search_results: id, exact kind, or args:TEXT
-    search_help_text = "A job id, a kind (exact), or args:TEXT to search the args (scans; narrow with filters first)."
+    search_fields = ("kind",)  # replaced by get_search_results: id, kind (prefix / substring), or args:TEXT
+    search_help_text = (
+        "A job id, part of a kind (matched against the known kinds, then looked up by index), "
+        "or args:TEXT to search the args (scans; narrow with filters first)."
+    )
+    change_list_template = "admin/awa_django/job/change_list.html"
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT the whole table per filter choice
@@ -187,12 +246,13 @@ class JobAdmin(ReadOnlyModelAdmin):
         "state_label",
         "priority",
         "attempts",
-        "run_at",
-        "created_at",
-        "attempted_at",
-        "heartbeat_at",
-        "deadline_at",
-        "finalized_at",
+        "run_at_label",
+        "created_label",
+        "started",
+        "heartbeat_label",
+        "deadline_label",
+        "finished",
+        "duration",
         "tag_list",
         "run_lease",
         "unique_key_hex",
@@ -200,15 +260,17 @@ class JobAdmin(ReadOnlyModelAdmin):
         "pretty_metadata",
         "pretty_progress",
         "error_history",
+        "timeline",
     )
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tag_list")}),
+        ("Timeline", {"fields": ("timeline",)}),
         ("Arguments", {"fields": ("pretty_args",)}),
-        ("Error history", {"fields": ("error_history",)}),
+        ("Error history (newest first)", {"fields": ("error_history",)}),
         ("Progress and metadata", {"fields": ("pretty_progress", "pretty_metadata")}),
         (
             "Timing",
-            {"fields": ("run_at", "created_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")},
+            {"fields": ("run_at_label", "created_label", "started", "heartbeat_label", "deadline_label", "finished")},
         ),
         ("Bookkeeping", {"classes": ("collapse",), "fields": ("run_lease", "unique_key_hex")}),
     )
@@ -234,9 +296,51 @@ class JobAdmin(ReadOnlyModelAdmin):
     def attempts(self, job: Job) -> str:
         return f"{job.attempt}/{job.max_attempts}"
 
-    @admin.display(description="age")
+    @admin.display(description="kind", ordering="kind")
+    def kind_label(self, job: Job) -> str:
+        return truncated(job.kind)
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_label(self, job: Job) -> str:
+        return truncated(job.queue, 16)
+
+    @admin.display(description="run at", ordering="run_at")
+    def run_at_label(self, job: Job) -> str:
+        return show_time(job.run_at)
+
+    @admin.display(description="created")
+    def created_label(self, job: Job) -> str:
+        return show_time(job.created_at)
+
+    @admin.display(description="last heartbeat")
+    def heartbeat_label(self, job: Job) -> str:
+        return show_time(job.heartbeat_at)
+
+    @admin.display(description="deadline")
+    def deadline_label(self, job: Job) -> str:
+        return show_time(job.deadline_at)
+
+    @admin.display(description="started")
+    def started(self, job: Job) -> str:
+        return show_time(job.attempted_at)
+
+    @admin.display(description="finished")
+    def finished(self, job: Job) -> str:
+        return show_time(job.finalized_at)
+
+    @admin.display(description="duration")
+    def duration(self, job: Job) -> str:
+        if job.attempted_at is None:
+            return "-"
+        if job.finalized_at is not None and job.finalized_at >= job.attempted_at:
+            return humanize_seconds((job.finalized_at - job.attempted_at).total_seconds())
+        if job.state == "running":
+            return humanize_seconds((timezone.now() - job.attempted_at).total_seconds()) + " so far"
+        return "-"
+
+    @admin.display(description="age", ordering="created_at")
     def age(self, job: Job) -> str:
-        return timesince(job.created_at, timezone.now())
+        return humanize_seconds(max((timezone.now() - job.created_at).total_seconds(), 0.0))
 
     @admin.display(description="tags")
     def tag_list(self, job: Job) -> str:
@@ -262,27 +366,30 @@ class JobAdmin(ReadOnlyModelAdmin):
     def error_history(self, job: Job) -> str:
         if not job.errors:
             return "-"
-        entries = []
-        for error in job.errors:
-            entries.append(
-                (
-                    error.get("attempt", "?"),
-                    error.get("at", ""),
-                    error.get("type", "Error"),
-                    error.get("error", ""),
-                    error.get("traceback") or "",
-                )
+        return format_html_join("", "{}", ((_error_block(error),) for error in reversed(job.errors)))
+
+    @admin.display(description="timeline")
+    def timeline(self, job: Job) -> str:
+        events = job_timeline(job, operator_actions(self.model.objects.db, job.id))
+        items = (
+            (
+                event.kind,
+                show_time(event.at),
+                event.title,
+                format_html(" — <em>{}</em>", event.who) if event.who else "",
+                format_html(": {}", event.detail) if event.detail else "",
             )
-        return format_html_join(
-            "",
-            '<div class="awa-error"><p><strong>Attempt {}</strong> at {}: <code>{}</code>: '
-            '<span class="awa-error-message">{}</span></p><pre>{}</pre></div>',
-            entries,
+            for event in events
+        )
+        return format_html(
+            '<ul class="awa-timeline">{}</ul>',
+            format_html_join("", '<li class="awa-ev-{}">{} <strong>{}</strong>{}{}</li>', items),
         )
 
     # -- search ----------------------------------------------------------------------
 
     def get_search_results(self, request: HttpRequest, queryset: Any, search_term: str) -> tuple[Any, bool]:
+        queryset = keyset_page(request, queryset, self.list_per_page)
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -290,7 +397,7 @@ class JobAdmin(ReadOnlyModelAdmin):
             return queryset.filter(args__icontains=term[5:].strip()), False
         if term.isdigit():
             return queryset.filter(id=int(term)) | queryset.filter(kind=term), False
-        return queryset.filter(kind=term), False
+        return queryset.filter(kind__in=matching_kinds(term, self.model.objects.db)), False
 
     # -- actions -------------------------------------------------------------------------
 
@@ -404,6 +511,14 @@ class JobAdmin(ReadOnlyModelAdmin):
             self.message_user(request, f"Job {job_id} {done}.", messages.SUCCESS)
             log_action(request, Job, action, f"job {job_id} {done}", f"job {job_id}", single_id=job_id)
         return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[job_id]))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        take_keyset(request)
+        response = super().changelist_view(request, extra_context)
+        cl = getattr(response, "context_data", {}).get("cl")
+        if cl is not None:
+            cl.awa_pager = pager(request, cl)
+        return response
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> Any:
         extra_context = dict(extra_context or {})

@@ -122,7 +122,7 @@ class CronJobAdmin(ReadOnlyModelAdmin):
     def next_fire_viewer(self, row: CronJob) -> str:
         if row.paused_at is not None:
             return "paused"
-        return show_time(next_fire(row))
+        return show_time(next_fire(row), browser=True)
 
     @admin.display(description="last enqueued", ordering="last_enqueued_at")
     def last_enqueued(self, row: CronJob) -> str:

@@ -7,25 +7,27 @@ from zoneinfo import ZoneInfo
 
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 #: One date format everywhere in the admin pages of awa_django.
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
 
 
-def show_time(value: datetime | None, zone: str | None = None) -> str:
+def show_time(value: datetime | None, zone: str | None = None, *, browser: bool = False) -> str:
     """``value`` in one format, in ``zone`` (default: the viewer's Django timezone), with a relative hint.
 
-    The ``<time>`` element carries the instant, so the page's script can also
-    show it in the browser's own timezone.
+    The ``<time>`` element carries the instant; with ``browser=True`` the
+    page's script also shows it in the browser's own timezone.
     """
     if value is None:
         return "-"
     tz = ZoneInfo(zone) if zone else timezone.get_current_timezone()
     local = value.astimezone(tz)
     return format_html(
-        '<time datetime="{}" title="{}">{}</time> <span class="awa-relative">({})</span>',
+        '<time datetime="{}" title="{}"{}>{}</time> <span class="awa-relative">({})</span>',
         value.isoformat(),
         value.astimezone(ZoneInfo("UTC")).strftime(DATE_FORMAT),
+        mark_safe(" data-awa-local") if browser else "",
         local.strftime(DATE_FORMAT),
         relative(value),
     )
@@ -53,3 +55,10 @@ def humanize_seconds(seconds: float) -> str:
         if len(parts) == 2:
             break
     return " ".join(p for p in parts if not p.startswith("0 ")) or "0 s"
+
+
+def truncated(value: str, width: int = 40) -> str:
+    """``value`` cut to ``width`` characters with an ellipsis, the whole of it in the tooltip."""
+    if len(value) <= width:
+        return format_html('<span class="awa-trunc">{}</span>', value)
+    return format_html('<span class="awa-trunc" title="{}">{}…</span>', value, value[: width - 1])

@@ -121,7 +121,8 @@ class Job(ReadOnlyModelBase):
         ]
 
     def __str__(self) -> str:
-        return f"job {self.id} ({self.kind})"
+        kind = self.kind if len(self.kind) <= 60 else self.kind[:59] + "…"
+        return f"job {self.id} ({kind})"
 
     @property
     def is_finished(self) -> bool:

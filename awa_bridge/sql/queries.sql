@@ -314,6 +314,14 @@ SELECT id, kind, queue, args::text AS args, state::text AS state, priority, atte
        callback_transform, run_lease, progress::text AS progress
 FROM awa.jobs WHERE id = %(id)s
 
+-- name: list_job_actions
+-- A job's operator actions for its timeline (job_actions_job_idx).
+SELECT action, operator, prior_state::text AS prior_state, at
+FROM awa.job_actions
+WHERE job_id = %(id)s
+ORDER BY at, id
+LIMIT 200
+
 -- name: list_jobs
 SELECT id, kind, queue, state::text AS state, priority, attempt, max_attempts, run_at, created_at
 FROM awa.jobs
