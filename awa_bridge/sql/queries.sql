@@ -183,11 +183,27 @@ FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, le
 WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
 RETURNING j.id
 
+-- name: upsert_queue_rollups
+-- The worker's outcome counters (awa_bridge.worker.rollup), every few
+-- seconds in one statement: one array element per (queue, minute) counted.
+INSERT INTO awa.queue_rollups AS r (queue, minute, completed, failed, retried, cancelled)
+SELECT * FROM unnest(CAST(%(queues)s AS text[]), CAST(%(minutes)s AS timestamptz[]),
+                     CAST(%(completed)s AS bigint[]), CAST(%(failed)s AS bigint[]),
+                     CAST(%(retried)s AS bigint[]), CAST(%(cancelled)s AS bigint[]))
+ON CONFLICT (queue, minute) DO UPDATE
+SET completed = r.completed + EXCLUDED.completed, failed = r.failed + EXCLUDED.failed,
+    retried = r.retried + EXCLUDED.retried, cancelled = r.cancelled + EXCLUDED.cancelled
+
 -- ---------------------------------------------------------------------------
 -- Maintenance (leader only). Candidates are locked with SKIP LOCKED and the
 -- UPDATE re-checks state and lease, so a row being finalized concurrently is
 -- skipped rather than overwritten (River #1302).
 -- ---------------------------------------------------------------------------
+
+-- name: prune_queue_rollups
+-- Rollups past the longest chart window (a day) plus a margin; the leader's
+-- retention tick (queue_rollups_minute_idx).
+DELETE FROM awa.queue_rollups WHERE minute < now() - interval '2 days' RETURNING minute
 
 -- name: try_leader_lock
 SELECT pg_try_advisory_lock(7235104991187720552) AS acquired

@@ -34,6 +34,7 @@ from .maintenance import Maintenance
 from .maintenance.aging import age_priorities
 from .outcomes import Outcome, error_record
 from .registry import Registry
+from .rollup import Rollup
 from .scheduling import TokenBucket, weighted_allowance
 from .threads import DaemonThreadPool
 
@@ -129,7 +130,9 @@ class Runtime:
         self.heartbeat.start()
         self.listener = Listener(self.database_url, self._notified)
         self.maintenance = Maintenance(self.database_url, self.config, self._rescued)
+        self.rollup = Rollup(self.pool)
         self.services = [
+            asyncio.create_task(self.rollup.run(self.stopping), name="awa-rollup"),
             asyncio.create_task(self.completer.run(self.stopping), name="awa-completer"),
             asyncio.create_task(self.listener.run(self.stopping), name="awa-listener"),
         ]
@@ -319,6 +322,7 @@ class Runtime:
                 ctx.run_lease,
             )
             return
+        self.rollup.count(ctx.queue, outcome.label)
         if outcome.label != "completed":
             log.info("job %s (%s): %s", ctx.id, ctx.kind, outcome.label)
         self.hooks.fire(outcome.label, ctx)

@@ -97,7 +97,8 @@ def test_the_detail_shows_a_timeline_with_operators_and_user_frames_first(awa: N
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE awa.jobs SET created_at = now() - interval '10 min', errors = ARRAY["
-            "jsonb_build_object('attempt', 1, 'type', 'HeartbeatStale', 'error', 'no heartbeat', 'at', now() - interval '2 min'),"
+            "jsonb_build_object('attempt', 1, 'type', 'HeartbeatStale', 'error', 'no heartbeat', "
+            "'at', now() - interval '2 min'),"
             "jsonb_build_object('attempt', 2, 'type', 'CardError', 'error', 'card declined', 'traceback', %s::text, "
             "'at', now() - interval '1 min')] WHERE id = %s",
             [TRACEBACK, job],
