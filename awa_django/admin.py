@@ -39,6 +39,7 @@ from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 from .admin_actions import log_action, operator_of, plain_filter, run_set_action
+from .admin_overview import overview_rows
 from .admin_paging import keyset_page, pager, take_keyset
 from .display import humanize_seconds, show_time, truncated
 from .models import STATE_CHOICES, Job, QueueMeta
@@ -537,7 +538,7 @@ class JobAdmin(ReadOnlyModelAdmin):
 
 @admin.register(QueueMeta)
 class QueueAdmin(ReadOnlyModelAdmin):
-    """One row per queue: live counts by state, failed, completions in the last hour, lag, pause/resume."""
+    """The overview: per queue, throughput charts, depth by state, lag, oldest job, live workers, pause/resume."""
 
     change_list_template = "admin/awa_django/queuemeta/change_list.html"
 
@@ -551,12 +552,12 @@ class QueueAdmin(ReadOnlyModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        stats = ops.queue_stats(connections[self.model.objects.db])
+        conn = connections[self.model.objects.db]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Queues",
-            "stats": stats,
+            "title": "Queues overview",
+            "rows": overview_rows(conn),
             "can_pause": self.has_pause_permission(request),
             **(extra_context or {}),
         }
@@ -579,4 +580,4 @@ class QueueAdmin(ReadOnlyModelAdmin):
 
 # -- cron schedules, overview and workers: their own modules, registered on import --------------
 
-from . import admin_cron  # noqa: E402, F401
+from . import admin_cron, admin_workers  # noqa: E402, F401

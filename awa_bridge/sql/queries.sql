@@ -762,6 +762,46 @@ WHERE CAST(%(queue)s AS text) IS NULL
 ORDER BY queue
 
 -- ---------------------------------------------------------------------------
+-- Dashboard reads (awa_bridge.dashboard: the admin's overview and workers
+-- pages). Charts read only the rollups the workers write, never awa.jobs.
+-- ---------------------------------------------------------------------------
+
+-- name: queue_throughput
+-- Completed / failed / retried / cancelled per queue and %(unit)s ('minute'
+-- or 'hour') since %(since)s: a range of queue_rollups_minute_idx.
+SELECT queue, date_trunc(CAST(%(unit)s AS text), minute, 'UTC') AS bucket,
+       sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+       sum(retried)::bigint AS retried, sum(cancelled)::bigint AS cancelled
+FROM awa.queue_rollups
+WHERE minute >= CAST(%(since)s AS timestamptz)
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: queue_oldest_waiting
+-- Per queue, when the longest-due available job was enqueued: the first
+-- entry of each priority in jobs_dispatch_idx (4 probes per queue).
+SELECT q.queue, min(f.created_at) AS oldest_created_at
+FROM unnest(CAST(%(queues)s AS text[])) AS q (queue)
+CROSS JOIN (VALUES (1), (2), (3), (4)) AS p (priority)
+CROSS JOIN LATERAL (
+    SELECT a.created_at FROM awa.jobs AS a
+    WHERE a.state = 'available' AND a.queue = q.queue AND a.priority = p.priority
+    ORDER BY a.run_at
+    LIMIT 1
+) AS f
+GROUP BY q.queue
+
+-- name: list_runtime_instances
+-- Every registered worker process, with whether its heartbeat is within the
+-- staleness window (a row past it is a process that died without saying so).
+SELECT instance_id::text AS instance_id, hostname, pid, version, queues::text AS queues, jobs_held,
+       is_leader, started_at, heartbeat_at,
+       heartbeat_at > clock_timestamp() - make_interval(secs => CAST(%(staleness)s AS float8)) AS live,
+       clock_timestamp() AS db_now
+FROM awa.runtime_instances
+ORDER BY hostname, pid, started_at
+
+-- ---------------------------------------------------------------------------
 -- Set-based admin operations (awa_bridge.admin.retry_jobs / cancel_jobs /
 -- run_jobs_now / delete_jobs). ONE statement per batch: `picked` is the batch,
 -- chosen either by id (%(ids)s, a selection) or by filter (%(ids)s NULL:
