@@ -41,7 +41,7 @@ from awa_bridge.sql import QUERIES
 from .admin_actions import log_action, operator_of, plain_filter, run_set_action
 from .admin_overview import overview_rows
 from .admin_paging import keyset_page, pager, take_keyset
-from .display import humanize_seconds, show_time, truncated
+from .display import humanize_seconds, show_time, show_when, truncated
 from .models import STATE_CHOICES, Job, QueueMeta
 from .timeline import job_timeline, operator_actions, user_frames
 
@@ -247,12 +247,12 @@ class JobAdmin(ReadOnlyModelAdmin):
         "state_label",
         "priority",
         "attempts",
-        "run_at_label",
+        "run_at_full",
         "created_label",
-        "started",
+        "started_full",
         "heartbeat_label",
         "deadline_label",
-        "finished",
+        "finished_full",
         "duration",
         "tag_list",
         "run_lease",
@@ -271,7 +271,17 @@ class JobAdmin(ReadOnlyModelAdmin):
         ("Progress and metadata", {"fields": ("pretty_progress", "pretty_metadata")}),
         (
             "Timing",
-            {"fields": ("run_at_label", "created_label", "started", "heartbeat_label", "deadline_label", "finished")},
+            {
+                "fields": (
+                    "run_at_full",
+                    "created_label",
+                    "started_full",
+                    "heartbeat_label",
+                    "deadline_label",
+                    "finished_full",
+                    "duration",
+                )
+            },
         ),
         ("Bookkeeping", {"classes": ("collapse",), "fields": ("run_lease", "unique_key_hex")}),
     )
@@ -307,7 +317,7 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="run at", ordering="run_at")
     def run_at_label(self, job: Job) -> str:
-        return show_time(job.run_at)
+        return show_when(job.run_at)
 
     @admin.display(description="created")
     def created_label(self, job: Job) -> str:
@@ -323,10 +333,22 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="started")
     def started(self, job: Job) -> str:
-        return show_time(job.attempted_at)
+        return show_when(job.attempted_at)
 
     @admin.display(description="finished")
     def finished(self, job: Job) -> str:
+        return show_when(job.finalized_at)
+
+    @admin.display(description="run at")
+    def run_at_full(self, job: Job) -> str:
+        return show_time(job.run_at)
+
+    @admin.display(description="started")
+    def started_full(self, job: Job) -> str:
+        return show_time(job.attempted_at)
+
+    @admin.display(description="finished")
+    def finished_full(self, job: Job) -> str:
         return show_time(job.finalized_at)
 
     @admin.display(description="duration")

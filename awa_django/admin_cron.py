@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db import connections
@@ -176,7 +177,7 @@ class CronJobAdmin(ReadOnlyModelAdmin):
         ]
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> Any:
-        row = self.get_object(request, object_id)
+        row = self.get_object(request, unquote(object_id))
         extra = dict(extra_context or {})
         extra["awa_editable"] = (
             row is not None and getattr(row, "source", "") != "declared" and self.has_edit_permission(request)
@@ -216,7 +217,7 @@ class CronJobAdmin(ReadOnlyModelAdmin):
     def _editable(self, request: HttpRequest, object_id: str) -> CronJob:
         if not self.has_edit_permission(request):
             raise PermissionDenied
-        row = self.get_object(request, object_id)
+        row = self.get_object(request, unquote(object_id))
         if not isinstance(row, CronJob):
             raise PermissionDenied
         return row
@@ -232,7 +233,7 @@ class CronJobAdmin(ReadOnlyModelAdmin):
             else:
                 _log(request, row.name, CHANGE, f"edited: {form.schedule.cron_expr} {form.schedule.timezone}")
                 self.message_user(request, f"Schedule {row.name} updated.", messages.SUCCESS)
-                return HttpResponseRedirect(reverse("admin:awa_django_cronjob_change", args=[row.name]))
+                return HttpResponseRedirect(reverse("admin:awa_django_cronjob_change", args=[quote(row.name)]))
         return self._form_page(request, form, f"Edit schedule {row.name}")
 
     def remove_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -243,7 +244,7 @@ class CronJobAdmin(ReadOnlyModelAdmin):
             cron_edit.delete_schedule(connections[self.model.objects.db], row.name)
         except AwaError as exc:
             self.message_user(request, str(exc), messages.ERROR)
-            return HttpResponseRedirect(reverse("admin:awa_django_cronjob_change", args=[row.name]))
+            return HttpResponseRedirect(reverse("admin:awa_django_cronjob_change", args=[quote(row.name)]))
         _log(request, row.name, DELETION, "deleted")
         self.message_user(request, f"Schedule {row.name} deleted.", messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:awa_django_cronjob_changelist"))

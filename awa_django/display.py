@@ -62,3 +62,13 @@ def truncated(value: str, width: int = 40) -> str:
     if len(value) <= width:
         return format_html('<span class="awa-trunc">{}</span>', value)
     return format_html('<span class="awa-trunc" title="{}">{}…</span>', value, value[: width - 1])
+
+
+def show_when(value: datetime | None) -> str:
+    """The compact form for list columns: the relative time, the full date (one format) on hover."""
+    if value is None:
+        return "-"
+    local = value.astimezone(timezone.get_current_timezone())
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', value.isoformat(), local.strftime(DATE_FORMAT), relative(value)
+    )

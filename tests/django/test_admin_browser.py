@@ -75,7 +75,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context()
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
     context.set_default_timeout(15_000)
     page = context.new_page()
     try:
