@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import BigIntegerField, ExpressionWrapper, F
 from django.http import HttpRequest
 
 KEYSET_PARAMS = ("before", "after", "oldest")
@@ -34,22 +35,40 @@ def take_keyset(request: HttpRequest) -> None:
 
 
 def keyset_page(request: HttpRequest, queryset: Any, per_page: int) -> Any:
-    """``queryset`` (already filtered) restricted to the keyset page the request asks for."""
+    """``queryset`` (already filtered) restricted to the keyset page the request asks for.
+
+    Each page is first narrowed to an id range (the ``per_page``-th id beyond the
+    bound, found by ``_nth_id``), so the list query is a short range scan.
+    """
     keyset: dict[str, int] = getattr(request, "awa_keyset", {})
     if "before" in keyset:
-        return queryset.filter(id__lt=keyset["before"])
-    if "after" in keyset:
-        newer = queryset.filter(id__gt=keyset["after"])
-        return _first_ids(newer, per_page)
-    if "oldest" in keyset:
-        return _first_ids(queryset, per_page)
+        older = queryset.filter(id__lt=keyset["before"])
+        bound = _nth_id(older, per_page, descending=True)
+        return older if bound is None else older.filter(id__gte=bound)
+    if "after" in keyset or "oldest" in keyset:
+        newer = queryset.filter(id__gt=keyset["after"]) if "after" in keyset else queryset
+        bound = _nth_id(newer, per_page, descending=False)
+        return newer if bound is None else newer.filter(id__lte=bound)
     return queryset
 
 
-def _first_ids(queryset: Any, per_page: int) -> Any:
-    """The ``per_page`` lowest ids of ``queryset``, as a range (shown newest first)."""
-    bound = list(queryset.order_by("id").values_list("id", flat=True)[per_page - 1 : per_page])
-    return queryset.filter(id__lte=bound[0]) if bound else queryset
+#: Below this many estimated matching rows, the ids are collected through the filter's own
+#: index and sorted (a top-N sort), not by walking ``jobs_pkey`` in order: a rare filter's rows
+#: can sit at the far end of a million ids.
+SPARSE_BELOW = 50_000
+
+
+def _nth_id(queryset: Any, n: int, *, descending: bool) -> int | None:
+    """The ``n``-th id of ``queryset`` in id order (None when it has fewer rows)."""
+    from .admin import _planner_estimate
+
+    estimate = _planner_estimate(queryset)
+    key: Any = F("id")
+    if estimate is not None and estimate < SPARSE_BELOW:
+        key = ExpressionWrapper(F("id") + 0, output_field=BigIntegerField())  # not an index order
+    ordered = queryset.order_by(key.desc() if descending else key.asc())
+    found = list(ordered.values_list("id", flat=True)[n - 1 : n])
+    return int(found[0]) if found else None
 
 
 def pager(request: HttpRequest, cl: Any) -> dict[str, Any]:

@@ -187,3 +187,35 @@ def test_cli_set_actions_print_one_summary_and_record_the_operator(db_url: str) 
     assert refused.returncode == 2 and "state: retry applies to jobs in" in refused.stderr
     refused = _cli(db_url, "jobs", "retry")
     assert refused.returncode == 2 and "needs a job id or a filter" in refused.stderr
+
+
+def test_sqlalchemy_sessions_and_asyncpg_connections(db_url: str) -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from .dbutil import with_driver
+
+    ids = _many(db_url, 9, "failed")
+    engine = create_engine(with_driver(db_url, "psycopg"))
+    try:
+        with Session(engine) as session:
+            result = admin.retry_jobs(session, state="failed", batch_size=4, operator="sa")
+            assert (result.changed, result.batches) == (9, 3)
+            session.commit()
+    finally:
+        engine.dispose()
+    assert all(job_state(db_url, i) == "available" for i in ids)
+
+
+async def test_the_async_form_on_asyncpg(db_url: str) -> None:
+    import asyncpg
+
+    ids = _many(db_url, 6, "scheduled")
+    conn = await asyncpg.connect(db_url)
+    try:
+        async with conn.transaction():
+            result = await admin.bulk_async(conn, "run_now", queue="bulk", operator="ops")
+    finally:
+        await conn.close()
+    assert result.summary() == "6 made available now"
+    assert all(job_state(db_url, i) == "available" for i in ids)
