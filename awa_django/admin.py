@@ -104,7 +104,7 @@ class _NameFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         alias = model_admin.model.objects.db
-        return [(name, name) for name in _names(self.query, alias)]
+        return [(name, name if len(name) <= 40 else name[:39] + "…") for name in _names(self.query, alias)]
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         if self.value():
@@ -591,10 +591,11 @@ class QueueAdmin(ReadOnlyModelAdmin):
         conn = connections[self.model.objects.db]
         try:
             if action == "pause":
-                ops.pause_queue(conn, queue, paused_by=f"admin:{request.user.get_username()}")
+                ops.pause_queue(conn, queue, paused_by=operator_of(request))
             else:
                 ops.resume_queue(conn, queue)
             self.message_user(request, f"Queue {queue} {action}d.", messages.SUCCESS)
+            log_action(request, QueueMeta, action, f"queue {queue} {action}d", f"queue {queue}", single_id=queue)
         except AwaError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         return HttpResponseRedirect(reverse("admin:awa_django_queuemeta_changelist"))

@@ -98,19 +98,21 @@ def run_set_action(model_admin: Any, request: HttpRequest, queryset: Any, action
 
 
 def _describe_ids(ids: list[int]) -> str:
+    if len(ids) == 1:
+        return f"job {ids[0]}"
     shown = ", ".join(str(i) for i in ids[:50])
     return f"jobs {shown}" + (f" and {len(ids) - 50:,} more" if len(ids) > 50 else "")
 
 
 def log_action(
-    request: HttpRequest, model: Any, action: str, summary: str, scope: str, single_id: int | None = None
+    request: HttpRequest, model: Any, action: str, summary: str, scope: str, single_id: int | str | None = None
 ) -> None:
-    """One ``LogEntry`` for one operator action (one job, a selection or a filter)."""
+    """One ``LogEntry`` for one operator action (one job or queue, a selection or a filter)."""
     LogEntry.objects.create(
         user_id=request.user.pk,
         content_type_id=ContentType.objects.get_for_model(model, for_concrete_model=False).pk,
         object_id=None if single_id is None else str(single_id),
-        object_repr=(f"job {single_id}" if single_id is not None else scope)[:200],
+        object_repr=scope[:200],
         action_flag=DELETION if action == "delete" else CHANGE,
         change_message=f"{action.replace('_', ' ')}: {summary} ({scope})",
     )

@@ -106,4 +106,4 @@ def _round(count: int) -> int:
     if count < 1000:
         return count
     scale = 10 ** (len(str(count)) - 3)
-    return round(count / scale) * scale
+    return int(round(count / scale) * scale)

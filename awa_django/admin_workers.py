@@ -46,7 +46,7 @@ class WorkerAdmin(ReadOnlyModelAdmin):
         return False
 
     def is_live(self, row: WorkerInstance) -> bool:
-        return row.heartbeat_at > timezone.now() - timedelta(seconds=staleness())
+        return bool(row.heartbeat_at > timezone.now() - timedelta(seconds=staleness()))
 
     @admin.display(description="status")
     def status(self, row: WorkerInstance) -> str:

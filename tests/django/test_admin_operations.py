@@ -144,3 +144,14 @@ def test_manage_py_awa_jobs_acts_on_a_filter_with_an_operator(awa: None) -> None
     assert _timeline(failed[0]) == [("retry", "ops:ada")]
     refused = _manage("awa_jobs", "retry")
     assert refused.returncode == 1 and "needs job ids or a filter" in refused.stderr
+
+
+def test_pausing_and_resuming_a_queue_is_in_the_history(awa: None, admin_client: Any) -> None:
+    _jobs(1, "available", queue="email")
+    assert admin_client.post(reverse("admin:awa_django_queuemeta_pause", args=["pause", "email"])).status_code == 302
+    assert admin_client.post(reverse("admin:awa_django_queuemeta_pause", args=["resume", "email"])).status_code == 302
+    entries = list(LogEntry.objects.order_by("id").values_list("object_id", "change_message"))
+    assert entries == [
+        ("email", "pause: queue email paused (queue email)"),
+        ("email", "resume: queue email resumed (queue email)"),
+    ]
