@@ -16,7 +16,7 @@ from typing import Any
 
 from .sql import QUERIES
 
-__all__ = ["Throughput", "WorkerInfo", "buckets", "oldest_waiting", "throughput", "workers"]
+__all__ = ["Throughput", "WorkerInfo", "buckets", "has_relation", "oldest_waiting", "throughput", "workers"]
 
 #: The two chart windows: (rollup unit, buckets, bucket length).
 WINDOWS = {"hour": ("minute", 60, timedelta(minutes=1)), "day": ("hour", 24, timedelta(hours=1))}
@@ -67,6 +67,14 @@ def _fetch(conn_or_url: Any, query: str, params: dict[str, Any]) -> list[dict[st
     from .drivers import detect_sync
 
     return detect_sync(conn_or_url).fetch_all(QUERIES[query], params)
+
+
+def has_relation(conn_or_url: Any, name: str) -> bool:
+    """Whether ``name`` (``awa.queue_rollups`` ...) exists: a database the real Awa migrated has
+    the shared tables but none of this package's bookkeeping, and the dashboard then shows less
+    instead of failing."""
+    rows = _fetch(conn_or_url, "relation_exists", {"name": name})
+    return bool(rows and rows[0]["present"])
 
 
 def buckets(window: str, now: datetime) -> list[datetime]:

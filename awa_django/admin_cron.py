@@ -18,6 +18,7 @@ from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db import connections
+from django.db.models import Value
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -25,6 +26,7 @@ from django.urls import path, reverse
 
 from awa_bridge import AwaError, cron_edit
 from awa_bridge import cron as cron_ops
+from awa_bridge.dashboard import has_relation
 
 from .admin import ReadOnlyModelAdmin, _pretty_json, _run_each
 from .cron_forms import ScheduleForm, next_fire
@@ -91,7 +93,10 @@ class CronJobAdmin(ReadOnlyModelAdmin):
     change_form_template = "admin/awa_django/cronjob/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        return super().get_queryset(request).annotate(source=RawSQL(_SOURCE_SQL, []))
+        queryset = super().get_queryset(request)
+        if not has_relation(connections[self.model.objects.db], "awa.cron_job_sources"):
+            return queryset.annotate(source=Value("database"))  # a database the real Awa migrated
+        return queryset.annotate(source=RawSQL(_SOURCE_SQL, []))
 
     # -- permissions -----------------------------------------------------------------------
 

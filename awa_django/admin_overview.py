@@ -28,9 +28,11 @@ def staleness() -> float:
 def overview_rows(conn: Any) -> list[dict[str, Any]]:
     now = timezone.now()
     stats = {s.queue: s for s in ops.queue_stats(conn)}
-    hour = dashboard.throughput(conn, "hour", now)
-    day = dashboard.throughput(conn, "day", now)
-    live = [w for w in dashboard.workers(conn, staleness()) if w.live]
+    charts = dashboard.has_relation(conn, "awa.queue_rollups")
+    registry = dashboard.has_relation(conn, "awa.runtime_instances")
+    hour = dashboard.throughput(conn, "hour", now) if charts else {}
+    day = dashboard.throughput(conn, "day", now) if charts else {}
+    live = [w for w in dashboard.workers(conn, staleness()) if w.live] if registry else []
     names = sorted(set(stats) | set(hour) | set(day) | {q["name"] for w in live for q in w.queues})
     oldest = dashboard.oldest_waiting(conn, names)
     hour_buckets, day_buckets = dashboard.buckets("hour", now), dashboard.buckets("day", now)
@@ -45,6 +47,7 @@ def overview_rows(conn: Any) -> list[dict[str, Any]]:
                 "stats": stat,
                 "lag": humanize_seconds(stat.lag_seconds) if stat and stat.lag_seconds is not None else "-",
                 "oldest": show_time(oldest[name]) if name in oldest else "-",
+                "registry": registry,
                 "workers": len(serving),
                 "running": sum(int(q.get("running", 0)) for q in serving),
                 "slots": sum(int(q.get("max_workers", 0)) for q in serving),

@@ -13,10 +13,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.db import connections
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+
+from awa_bridge.dashboard import has_relation
 
 from .admin import ReadOnlyModelAdmin
 from .admin_overview import staleness
@@ -44,6 +47,12 @@ class WorkerAdmin(ReadOnlyModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        queryset = super().get_queryset(request)
+        if not has_relation(connections[self.model.objects.db], "awa.runtime_instances"):
+            return queryset.none()  # no registry (a database the real Awa migrated): nothing to show
+        return queryset
 
     def is_live(self, row: WorkerInstance) -> bool:
         return bool(row.heartbeat_at > timezone.now() - timedelta(seconds=staleness()))

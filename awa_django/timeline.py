@@ -44,7 +44,13 @@ class Event:
 
 
 def operator_actions(alias: str, job_id: int) -> list[dict[str, Any]]:
-    return detect_sync(connections[alias]).fetch_all(QUERIES["list_job_actions"], {"id": job_id})
+    """The job's rows of ``awa.job_actions`` (none on a database without it, one the real Awa migrated)."""
+    from awa_bridge.dashboard import has_relation
+
+    conn = connections[alias]
+    if not has_relation(conn, "awa.job_actions"):
+        return []
+    return detect_sync(conn).fetch_all(QUERIES["list_job_actions"], {"id": job_id})
 
 
 def _when(value: Any) -> datetime | None:

@@ -17,7 +17,7 @@ from awa_django.models import Job
 
 from .conftest import job_state
 from .test_admin_browser import _log_in, browser, expect, page  # noqa: F401 - fixtures
-from .test_admin_dashboard import add_rollups, add_worker
+from .test_admin_dashboard import add_rollups, add_worker, minute_staleness  # noqa: F401 - fixture
 from .test_admin_jobs import TRACEBACK
 from .test_admin_operations import _jobs
 
@@ -36,7 +36,7 @@ def _shot(tab: Any, name: str) -> None:
 
 
 def _heartbeat() -> None:
-    """What a live worker does every heartbeat (the test settings' staleness window is 1 s)."""
+    """What a live worker does every heartbeat."""
     with connection.cursor() as cursor:
         cursor.execute("UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE hostname <> 'old-host'")
 

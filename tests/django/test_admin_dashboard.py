@@ -19,6 +19,16 @@ OVERVIEW = "admin:awa_django_queuemeta_changelist"
 WORKERS = "admin:awa_django_workerinstance_changelist"
 
 
+@pytest.fixture(autouse=True)
+def minute_staleness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staleness window of a minute (the test settings' 1 s would race a loaded machine)."""
+    import awa_django.admin_overview
+    import awa_django.admin_workers
+
+    monkeypatch.setattr(awa_django.admin_overview, "staleness", lambda: 60.0)
+    monkeypatch.setattr(awa_django.admin_workers, "staleness", lambda: 60.0)
+
+
 def add_worker(hostname: str, queues: list[dict[str, Any]], *, age_seconds: float = 0, leader: bool = False) -> None:
     """A row of awa.runtime_instances, in the shape the workers write it."""
     import json
@@ -118,3 +128,28 @@ def test_a_view_only_user_sees_both_pages_and_no_buttons(awa: None, client: Any)
     client.force_login(nobody)
     assert client.get(reverse(OVERVIEW)).status_code == 403
     assert client.get(reverse(WORKERS)).status_code == 403
+
+
+class _Rollback(Exception):
+    pass
+
+
+def test_the_pages_still_render_without_this_packages_bookkeeping_tables(awa: None, admin_client: Any) -> None:
+    """As on a database the real Awa migrated: the shared tables only."""
+    from django.db import transaction
+
+    from awa_bridge.cron import PeriodicJob, upsert_schedules_sync
+
+    job = awa_django.insert_job({}, kind="send_email", queue="email")
+    upsert_schedules_sync(connection, [PeriodicJob("nightly", "0 3 * * *", {}, kind="k")])
+    with pytest.raises(_Rollback), transaction.atomic():
+        with connection.cursor() as cursor:
+            for table in ("queue_rollups", "runtime_instances", "job_actions", "cron_job_sources"):
+                cursor.execute(f"ALTER TABLE awa.{table} RENAME TO {table}_hidden")
+        overview = admin_client.get(reverse(OVERVIEW))
+        assert overview.status_code == 200 and "unknown (no worker registry)" in overview.content.decode()
+        assert admin_client.get(reverse(WORKERS)).status_code == 200
+        detail = admin_client.get(reverse("admin:awa_django_job_change", args=[job.id]))
+        assert detail.status_code == 200 and "enqueued" in detail.content.decode()
+        assert "nightly" in admin_client.get(reverse("admin:awa_django_cronjob_changelist")).content.decode()
+        raise _Rollback
