@@ -96,8 +96,9 @@ def job_timeline(job: Any, actions: list[dict[str, Any]]) -> list[Event]:
             )
         )
     if job.attempted_at is not None:
-        verb = "running" if job.state == "running" else "last attempt started"
-        events.append(Event(job.attempted_at, "started", f"attempt {job.attempt} started ({verb})"))
+        # Only the latest attempt's start is on the row (a retry resets the attempt count).
+        title = f"attempt {job.attempt} started, running" if job.state == "running" else "last attempt started"
+        events.append(Event(job.attempted_at, "started", title))
     if job.finalized_at is not None:
         events.append(Event(job.finalized_at, "finished", f"finished: {job.state}"))
     return sorted(events, key=lambda e: (e.at is None, e.at or job.created_at))

@@ -219,3 +219,28 @@ async def test_the_async_form_on_asyncpg(db_url: str) -> None:
         await conn.close()
     assert result.summary() == "6 made available now"
     assert all(job_state(db_url, i) == "available" for i in ids)
+
+
+def test_ctrl_c_stops_the_cli_after_the_current_batch(db_url: str) -> None:
+    import signal
+    import time
+
+    _many(db_url, 100_000, "failed", kind="big")
+    env = {**os.environ, "DATABASE_URL": db_url}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "awa_bridge", "jobs", "retry", "--kind", "big", "--batch-size", "100"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while _count(db_url, "state = 'available'") == 0:  # the first batches are in
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    done = _count(db_url, "state = 'available'")
+    assert proc.returncode == 1, (out, err)
+    assert out.startswith(f"{done:,} retried") and "stopped: interrupted" in out
+    assert 0 < done < 100_000 and done % 100 == 0  # whole batches only
