@@ -424,8 +424,11 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     # -- actions -------------------------------------------------------------------------
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes action_location; 5.2 does not know it.
+        actions = (
+            super().get_actions(request) if action_location is None else super().get_actions(request, action_location)
+        )  # type: ignore[call-arg]
         actions.pop("delete_selected", None)  # replaced by delete_jobs: one summary, running jobs skipped
         return actions
 
