@@ -426,9 +426,10 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         # Django 6.1 passes action_location; 5.2 does not know it.
-        actions = (
-            super().get_actions(request) if action_location is None else super().get_actions(request, action_location)
-        )  # type: ignore[call-arg]
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
         actions.pop("delete_selected", None)  # replaced by delete_jobs: one summary, running jobs skipped
         return actions
 
