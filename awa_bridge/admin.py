@@ -27,15 +27,26 @@ Semantics follow Awa's admin API:
   completion is fenced: the job stays cancelled.
 * ``run_now``: scheduled or retryable → available, ``run_at = now()``.
 * ``delete_job``: any state but running.
+* Each takes ``operator=``: who acts, recorded on the job's timeline
+  (``awa.job_actions``) by the same statement.
 * ``cancel_by_unique_key``: cancels the job holding a unique key.
+* ``retry_jobs`` / ``cancel_jobs`` / ``run_jobs_now`` / ``delete_jobs``: the
+  same four over a set (ids, or all jobs matching state / kind / queue), ONE
+  statement per batch, bounded (``max_jobs``, ``time_budget``) and
+  interruptible (``should_stop``), returning a ``BulkResult`` whose
+  ``summary()`` reads "24,981 retried; 19 skipped: completed". A job the
+  action does not apply to is skipped and counted, never an error; with an
+  ``operator`` name each change is recorded on the job's timeline.
 * ``queue_stats``: per queue counts of the live states and failed jobs, lag
   of the oldest available job, completions in the last hour, paused flag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .args import canonical_json, coerce_args
@@ -57,17 +68,22 @@ from .unique import UniqueOpts, unique_key
 from .validation import check_name
 
 __all__ = [
+    "BULK_BATCH_SIZE",
     "CANCELLABLE_STATES",
     "DELETABLE_STATES",
     "RETRYABLE_STATES",
     "RUN_NOW_STATES",
+    "BulkResult",
     "QueueStats",
+    "bulk_async",
     "cancel_by_unique_key",
     "cancel_by_unique_key_async",
     "cancel_job",
     "cancel_job_async",
+    "cancel_jobs",
     "delete_job",
     "delete_job_async",
+    "delete_jobs",
     "pause_queue",
     "queue_stats",
     "queue_stats_async",
@@ -76,6 +92,8 @@ __all__ = [
     "retry_failed_async",
     "retry_job",
     "retry_job_async",
+    "retry_jobs",
+    "run_jobs_now",
     "run_now",
     "run_now_async",
 ]
@@ -210,8 +228,9 @@ def _job_from(row: dict[str, Any]) -> Job:
     return row_to_job({k: v for k, v in row.items() if k not in ("prior_state", "notified", "target_id")})
 
 
-def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...]) -> _Op:
+def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...], operator: str | None) -> _Op:
     job_id = _check_job_id(job_id)
+    _check_name("operator", operator, optional=True)
 
     def finish(rows: list[dict[str, Any]]) -> Job:
         if not rows:
@@ -221,19 +240,19 @@ def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...]) 
             raise InvalidState(job_id, action, row["prior_state"], tuple(str(s) for s in allowed))
         return _job_from(row)
 
-    return _Op(query, {"id": job_id, "allowed": [str(s) for s in allowed]}, finish)
+    return _Op(query, {"id": job_id, "allowed": [str(s) for s in allowed], "operator": operator}, finish)
 
 
-def retry_job(conn_or_url: Any, job_id: int) -> Job:
+def retry_job(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Make a failed, cancelled, retryable or waiting_external job available now, attempts reset.
 
     Returns the job as it is now. Raises ``JobNotFound``, ``InvalidState``, or
     ``UniqueConflict`` when another job holds its unique key meanwhile.
     """
-    return _run(conn_or_url, _single_job("retry_job", "retry", job_id, RETRYABLE_STATES))
+    return _run(conn_or_url, _single_job("retry_job", "retry", job_id, RETRYABLE_STATES, operator))
 
 
-def cancel_job(conn_or_url: Any, job_id: int) -> Job:
+def cancel_job(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Cancel a job that has not finished, running ones included (cooperatively).
 
     The row is cancelled at once. A running handler sees ``job.cancelled``
@@ -241,37 +260,37 @@ def cancel_job(conn_or_url: Any, job_id: int) -> Job:
     returns afterwards is fenced (the job stays cancelled). Raises
     ``JobNotFound`` or ``InvalidState`` (completed, failed, cancelled).
     """
-    return _run(conn_or_url, _single_job("cancel_job", "cancel", job_id, CANCELLABLE_STATES))
+    return _run(conn_or_url, _single_job("cancel_job", "cancel", job_id, CANCELLABLE_STATES, operator))
 
 
-def run_now(conn_or_url: Any, job_id: int) -> Job:
+def run_now(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Move a scheduled or retryable job to available with ``run_at = now()``; workers are notified."""
-    return _run(conn_or_url, _single_job("run_job_now", "run-now", job_id, RUN_NOW_STATES))
+    return _run(conn_or_url, _single_job("run_job_now", "run-now", job_id, RUN_NOW_STATES, operator))
 
 
-def delete_job(conn_or_url: Any, job_id: int) -> Job:
+def delete_job(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Delete a job in any state but running (cancel a running job first); returns the deleted row."""
-    return _run(conn_or_url, _single_job("delete_job", "delete", job_id, DELETABLE_STATES))
+    return _run(conn_or_url, _single_job("delete_job", "delete", job_id, DELETABLE_STATES, operator))
 
 
-async def retry_job_async(conn_or_url: Any, job_id: int) -> Job:
+async def retry_job_async(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Async form of ``retry_job``."""
-    return await _run_async(conn_or_url, _single_job("retry_job", "retry", job_id, RETRYABLE_STATES))
+    return await _run_async(conn_or_url, _single_job("retry_job", "retry", job_id, RETRYABLE_STATES, operator))
 
 
-async def cancel_job_async(conn_or_url: Any, job_id: int) -> Job:
+async def cancel_job_async(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Async form of ``cancel_job``."""
-    return await _run_async(conn_or_url, _single_job("cancel_job", "cancel", job_id, CANCELLABLE_STATES))
+    return await _run_async(conn_or_url, _single_job("cancel_job", "cancel", job_id, CANCELLABLE_STATES, operator))
 
 
-async def run_now_async(conn_or_url: Any, job_id: int) -> Job:
+async def run_now_async(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Async form of ``run_now``."""
-    return await _run_async(conn_or_url, _single_job("run_job_now", "run-now", job_id, RUN_NOW_STATES))
+    return await _run_async(conn_or_url, _single_job("run_job_now", "run-now", job_id, RUN_NOW_STATES, operator))
 
 
-async def delete_job_async(conn_or_url: Any, job_id: int) -> Job:
+async def delete_job_async(conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job:
     """Async form of ``delete_job``."""
-    return await _run_async(conn_or_url, _single_job("delete_job", "delete", job_id, DELETABLE_STATES))
+    return await _run_async(conn_or_url, _single_job("delete_job", "delete", job_id, DELETABLE_STATES, operator))
 
 
 # -- by unique key ----------------------------------------------------------------------
@@ -382,6 +401,314 @@ async def retry_failed_async(conn_or_url: Any, kind: str | None = None, queue: s
 def retry_failed_report(conn_or_url: Any, kind: str | None = None, queue: str | None = None) -> tuple[int, int]:
     """``retry_failed`` that also says how many failed jobs it left for unique-key reasons: (retried, skipped)."""
     return _run(conn_or_url, _retry_failed(kind, queue, with_skipped=True))
+
+
+# -- set-based operations ------------------------------------------------------------------
+
+#: Jobs changed per statement (and per transaction when called with a URL).
+BULK_BATCH_SIZE = 1000
+_BULK_QUERIES = {
+    "retry": ("bulk_retry_jobs", RETRYABLE_STATES, "retried"),
+    "cancel": ("bulk_cancel_jobs", CANCELLABLE_STATES, "cancelled"),
+    "run_now": ("bulk_run_jobs_now", RUN_NOW_STATES, "made available now"),
+    "delete": ("bulk_delete_jobs", DELETABLE_STATES, "deleted"),
+}
+_SKIP_HINTS = {
+    ("delete", "running"): "running (cancel first)",
+    ("retry", "unique key held"): "unique key held by another job",
+    ("run_now", "unique key held"): "unique key held by another job",
+}
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a set-based operation did: how many jobs changed, and why the others were left alone.
+
+    ``skipped`` maps a reason (the state a selected job was found in,
+    ``"not found"``, ``"unique key held by another job"``) to a count.
+    ``stopped`` says why it ended before running out of jobs (``"time
+    budget"``, ``"max_jobs"``, ``"interrupted"``), or is ``None`` when every
+    matching job was visited; the batches done before a stop stay done.
+    """
+
+    action: str
+    changed: int
+    skipped: dict[str, int]
+    batches: int
+    stopped: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None
+
+    def summary(self) -> str:
+        """One line for a person: ``"24,981 retried; 19 skipped: completed"``."""
+        line = f"{self.changed:,} {_BULK_QUERIES[self.action][2]}"
+        if self.skipped:
+            reasons = sorted(self.skipped.items(), key=lambda item: (-item[1], item[0]))
+            line += f"; {sum(self.skipped.values()):,} skipped: " + ", ".join(
+                reason if len(reasons) == 1 else f"{count:,} {reason}" for reason, count in reasons
+            )
+        if self.stopped is not None:
+            line += f" (stopped: {self.stopped}; more jobs may match, run it again to go on)"
+        return line
+
+
+@dataclass
+class _Bulk:
+    """The loop of one set-based operation: one statement per batch, bounded, interruptible."""
+
+    action: str
+    ids: list[int] | None
+    params: dict[str, Any]
+    batch_size: int
+    max_jobs: int | None
+    deadline: float | None
+    should_stop: Callable[[], bool] | None
+    changed: int = 0
+    batches: int = 0
+    after: int = 0
+    position: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    stopped: str | None = None
+
+    def next_params(self) -> dict[str, Any] | None:
+        """Parameters of the next batch, or None when done or told to stop (``self.stopped`` says why)."""
+        if self.batches and self.should_stop is not None and self.should_stop():
+            self.stopped = "interrupted"
+        elif self.batches and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.stopped = "time budget"
+        limit = self.batch_size
+        if self.max_jobs is not None:
+            limit = min(limit, self.max_jobs - self.changed - sum(self.skipped.values()))
+            if limit <= 0 and self.stopped is None:
+                self.stopped = "max_jobs"
+        if self.stopped is not None:
+            return None
+        if self.ids is not None:
+            batch = self.ids[self.position : self.position + limit]
+            if not batch:
+                return None
+            self.position += len(batch)
+            return {**self.params, "ids": batch, "after": 0, "limit": len(batch)}
+        return {**self.params, "ids": None, "after": self.after, "limit": limit}
+
+    def take(self, params: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+        """Count one batch's result; False when the set is exhausted."""
+        row = rows[0]
+        self.batches += 1
+        self.changed += int(row["changed"])
+        skipped: dict[str, int] = json.loads(row["skipped"])
+        if params["ids"] is not None:
+            missing = len(params["ids"]) - int(row["picked"])
+            if missing:
+                skipped["not found"] = missing
+        for reason, count in skipped.items():
+            reason = _SKIP_HINTS.get((self.action, reason), reason)
+            self.skipped[reason] = self.skipped.get(reason, 0) + int(count)
+        if params["ids"] is None:
+            if row["last_id"] is None or int(row["picked"]) < params["limit"]:
+                return False
+            self.after = int(row["last_id"])
+        return True
+
+    def result(self) -> BulkResult:
+        return BulkResult(self.action, self.changed, dict(self.skipped), self.batches, self.stopped)
+
+
+def _bulk(
+    action: str,
+    ids: Iterable[int] | None,
+    state: str | None,
+    kind: str | None,
+    queue: str | None,
+    operator: str | None,
+    batch_size: int,
+    max_jobs: int | None,
+    time_budget: float | None,
+    should_stop: Callable[[], bool] | None,
+) -> _Bulk:
+    allowed = _BULK_QUERIES[action][1]
+    _check_name("kind", kind, optional=True)
+    _check_name("queue", queue, optional=True)
+    _check_name("operator", operator, optional=True)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 100_000:
+        raise ValidationError("batch_size", f"must be an integer from 1 to 100000, got {batch_size!r}")
+    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+        raise ValidationError("max_jobs", f"must be a positive integer or None, got {max_jobs!r}")
+    if time_budget is not None and (not isinstance(time_budget, (int, float)) or time_budget <= 0):
+        raise ValidationError("time_budget", f"must be a positive number of seconds or None, got {time_budget!r}")
+    id_list: list[int] | None = None
+    if ids is not None:
+        if state is not None or kind is not None or queue is not None:
+            raise ValidationError("ids", "give either job ids or a filter (state, kind, queue), not both")
+        id_list = sorted({_check_job_id(i) for i in ids})
+    states = [str(s) for s in allowed]
+    if state is not None:
+        if state not in {s.value for s in JobState}:
+            raise ValidationError("state", f"must be one of {', '.join(s.value for s in JobState)}, got {state!r}")
+        if state not in states:
+            raise ValidationError(
+                "state", f"{action.replace('_', ' ')} applies to jobs in {', '.join(states)}, not {state!r} ones"
+            )
+        states = [state]
+    params = {"states": states, "kind": kind, "queue": queue, "allowed": [str(s) for s in allowed]}
+    params["operator"] = operator
+    deadline = None if time_budget is None else time.monotonic() + time_budget
+    return _Bulk(action, id_list, params, batch_size, max_jobs, deadline, should_stop)
+
+
+def _run_bulk(conn_or_url: Any, loop: _Bulk) -> BulkResult:
+    query = QUERIES[_BULK_QUERIES[loop.action][0]]
+
+    def go(driver: Any) -> BulkResult:
+        while (params := loop.next_params()) is not None:
+            if not loop.take(params, driver.fetch_all(query, params)):
+                break
+        return loop.result()
+
+    if isinstance(conn_or_url, str):
+        import psycopg
+
+        from .drivers.psycopg import PsycopgSync
+
+        with psycopg.connect(conn_or_url, autocommit=True) as conn:  # each batch commits on its own
+            return go(PsycopgSync(conn))
+    return go(detect_sync(conn_or_url))
+
+
+async def _run_bulk_async(conn_or_url: Any, loop: _Bulk) -> BulkResult:
+    query = QUERIES[_BULK_QUERIES[loop.action][0]]
+
+    async def go(driver: Any) -> BulkResult:
+        while (params := loop.next_params()) is not None:
+            if not loop.take(params, await driver.fetch_all(query, params)):
+                break
+        return loop.result()
+
+    if isinstance(conn_or_url, str):
+        import psycopg
+
+        from .drivers.psycopg import PsycopgAsync
+
+        async with await psycopg.AsyncConnection.connect(conn_or_url, autocommit=True) as conn:
+            return await go(PsycopgAsync(conn))
+    return await go(detect_async(conn_or_url))
+
+
+def retry_jobs(
+    conn_or_url: Any,
+    ids: Iterable[int] | None = None,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    operator: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    max_jobs: int | None = None,
+    time_budget: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BulkResult:
+    """Retry (as ``retry_job``) the jobs ``ids``, or every job matching ``state`` / ``kind`` / ``queue``.
+
+    A set-based operation: ONE statement per batch of ``batch_size`` jobs,
+    not one per job. With a URL each batch commits on its own (so a stop
+    keeps what was done); on a connection the batches run in the caller's
+    transaction. It stops early after ``max_jobs`` jobs, after
+    ``time_budget`` seconds, or when ``should_stop()`` turns true (checked
+    between batches); ``BulkResult.stopped`` says so. Without ``ids`` only the
+    states the action allows are visited (a ``state`` it does not allow is a
+    ``ValidationError``), so a filter never reads the finished history.
+    ``operator`` (who did it) is recorded on each changed job's timeline
+    (``awa.job_actions``). Jobs found in a state that does not allow the
+    action, unknown ids, and jobs whose unique key another live job holds
+    are counted in ``skipped``, never raised.
+    """
+    loop = _bulk("retry", ids, state, kind, queue, operator, batch_size, max_jobs, time_budget, should_stop)
+    return _run_bulk(conn_or_url, loop)
+
+
+def cancel_jobs(
+    conn_or_url: Any,
+    ids: Iterable[int] | None = None,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    operator: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    max_jobs: int | None = None,
+    time_budget: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BulkResult:
+    """Cancel (as ``cancel_job``) a set of jobs; the set, batches and limits as in ``retry_jobs``."""
+    loop = _bulk("cancel", ids, state, kind, queue, operator, batch_size, max_jobs, time_budget, should_stop)
+    return _run_bulk(conn_or_url, loop)
+
+
+def run_jobs_now(
+    conn_or_url: Any,
+    ids: Iterable[int] | None = None,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    operator: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    max_jobs: int | None = None,
+    time_budget: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BulkResult:
+    """Run now (as ``run_now``) a set of jobs; the set, batches and limits as in ``retry_jobs``."""
+    loop = _bulk("run_now", ids, state, kind, queue, operator, batch_size, max_jobs, time_budget, should_stop)
+    return _run_bulk(conn_or_url, loop)
+
+
+def delete_jobs(
+    conn_or_url: Any,
+    ids: Iterable[int] | None = None,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    operator: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    max_jobs: int | None = None,
+    time_budget: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BulkResult:
+    """Delete (as ``delete_job``) a set of jobs, running ones skipped; set, batches and limits as in ``retry_jobs``.
+
+    Over a filter without ``state`` this visits every state but running,
+    finished history included: narrow it (``state="completed"``, a kind, a
+    queue) on big tables.
+    """
+    loop = _bulk("delete", ids, state, kind, queue, operator, batch_size, max_jobs, time_budget, should_stop)
+    return _run_bulk(conn_or_url, loop)
+
+
+async def bulk_async(
+    conn_or_url: Any,
+    action: str,
+    ids: Iterable[int] | None = None,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    operator: str | None = None,
+    batch_size: int = BULK_BATCH_SIZE,
+    max_jobs: int | None = None,
+    time_budget: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BulkResult:
+    """Async form of ``retry_jobs`` / ``cancel_jobs`` / ``run_jobs_now`` / ``delete_jobs``.
+
+    ``action`` is ``"retry"``, ``"cancel"``, ``"run_now"`` or ``"delete"``.
+    """
+    if action not in _BULK_QUERIES:
+        raise ValidationError("action", f"must be one of {', '.join(_BULK_QUERIES)}, got {action!r}")
+    loop = _bulk(action, ids, state, kind, queue, operator, batch_size, max_jobs, time_budget, should_stop)
+    return await _run_bulk_async(conn_or_url, loop)
 
 
 def _queue_stats(queue: str | None) -> _Op:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import signal
 
 from . import admin, cli_core
 from .cli_support import print_table
@@ -19,8 +20,49 @@ JOB_ACTIONS = ("list", "retry", "cancel", "delete", "run-now", "retry-failed")
 QUEUE_ACTIONS = ("list", "pause", "resume", "stats")
 
 
+def operator_name(ns: argparse.Namespace) -> str:
+    """Who acts: ``--operator NAME``, else ``cli:<login>`` (recorded on each job's timeline)."""
+    return str(ns.operator or f"cli:{getpass.getuser()}")
+
+
+def _run_set(url: str, ns: argparse.Namespace) -> int:
+    """``jobs retry|cancel|delete|run-now --state S --kind K --queue Q``: every matching job, in batches.
+
+    Ctrl-C (SIGINT) stops after the batch in progress; what was done stays done
+    and the summary says it stopped.
+    """
+    if ns.state is None and ns.kind is None and ns.queue is None:
+        raise ValidationError(
+            "ID", f"jobs {ns.action} needs a job id or a filter, e.g. `jobs {ns.action} 42` or `--state failed`"
+        )
+    operation = {
+        "retry": admin.retry_jobs,
+        "cancel": admin.cancel_jobs,
+        "run-now": admin.run_jobs_now,
+        "delete": admin.delete_jobs,
+    }[ns.action]
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        result = operation(
+            url,
+            state=ns.state,
+            kind=ns.kind,
+            queue=ns.queue,
+            operator=operator_name(ns),
+            batch_size=ns.batch_size,
+            max_jobs=ns.max_jobs,
+            time_budget=ns.time_budget,
+            should_stop=lambda: bool(interrupted),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(result.summary())
+    return 0 if result.complete or result.stopped == "max_jobs" else 1
+
+
 def run_job_action(url: str, ns: argparse.Namespace) -> int:
-    """``jobs retry|cancel|delete|run-now ID`` and ``jobs retry-failed [--kind K] [--queue Q]``."""
+    """``jobs retry|cancel|delete|run-now ID|--state S --kind K --queue Q`` and ``jobs retry-failed``."""
     action = ns.action
     if action == "retry-failed":
         if ns.job_id is not None:
@@ -28,8 +70,10 @@ def run_job_action(url: str, ns: argparse.Namespace) -> int:
         cli_core.retry_failed(url, print, kind=ns.kind, queue=ns.queue)
         return 0
     if ns.job_id is None:
-        raise ValidationError("ID", f"jobs {action} needs a job id, e.g. `jobs {action} 42`")
-    cli_core.job_action(url, action, ns.job_id, print)
+        return _run_set(url, ns)
+    if ns.state is not None or ns.kind is not None or ns.queue is not None:
+        raise ValidationError("ID", f"jobs {action} takes a job id or a filter (--state, --kind, --queue), not both")
+    cli_core.job_action(url, action, ns.job_id, print, operator=operator_name(ns))
     return 0
 
 

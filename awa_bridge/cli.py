@@ -142,9 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = commands.add_parser(
         "jobs",
-        help="list jobs (newest first), show one, or retry / cancel / delete / run-now one",
+        help="list jobs (newest first), show one, or retry / cancel / delete / run-now one or a set",
         description="Without ACTION: list jobs (filtered by --queue, --state, --kind) or show --id. "
-        "retry|cancel|delete|run-now ID act on one job; retry-failed [--kind K] [--queue Q] retries "
+        "retry|cancel|delete|run-now ID act on one job; without ID they act on every job matching "
+        "--state / --kind / --queue, in batches of --batch-size (one statement each), and print a "
+        "summary; Ctrl-C stops after the current batch. retry-failed [--kind K] [--queue Q] retries "
         "every failed job (see docs/howto/operations.md).",
     )
     jobs.add_argument("action", nargs="?", default="list", choices=JOB_ACTIONS, metavar="ACTION")
@@ -155,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", choices=[s.value for s in JobState])
     jobs.add_argument("--kind")
     jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--operator", help="who acts, recorded on each job's timeline (default cli:<user>)")
+    jobs.add_argument(
+        "--batch-size", type=int, default=1000, metavar="N", help="jobs changed per statement (default 1000)"
+    )
+    jobs.add_argument("--max-jobs", type=int, metavar="N", help="stop after visiting N jobs (default: no limit)")
+    jobs.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop after SECONDS (default: no limit)")
     jobs.set_defaults(func=_cmd_jobs)
 
     queues = commands.add_parser(

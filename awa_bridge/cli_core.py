@@ -91,9 +91,12 @@ def show_job(target: Any, job_id: int, write: Write) -> None:
         write(line)
 
 
-def job_action(target: Any, action: str, job_id: int, write: Write) -> Job:
-    """``retry`` / ``cancel`` / ``run-now`` / ``delete`` one job: one guarded statement, one line."""
-    job = _OPERATIONS[action](target, job_id)
+def job_action(target: Any, action: str, job_id: int, write: Write, *, operator: str | None = None) -> Job:
+    """``retry`` / ``cancel`` / ``run-now`` / ``delete`` one job: one guarded statement, one line.
+
+    ``operator`` (who acts) is recorded on the job's timeline (``awa.job_actions``).
+    """
+    job = _OPERATIONS[action](target, job_id, operator=operator)
     if action == "delete":
         write(f"{describe(job)} deleted (it was {job.state})")
         return job

@@ -12,6 +12,12 @@ the timezone with ``zoneinfo`` and the job options with ``prepare_job`` (the
 same path every insert takes); a bad value raises ``ValidationError`` naming
 the field and nothing is written.
 
+Settings and code are the source of truth for the schedules they declare:
+a worker starting with a declaration set deletes the ones its owner declared
+before and declares no longer (``prune_schedules``), so they stop firing.
+Schedules created in the database (``awa_bridge.cron_edit``: the admin, ``cron
+create``) are the operator's and are never touched by a worker.
+
 The maintenance leader fires due schedules (``awa_bridge.worker.maintenance
 .cron``). The operations here (``list_schedules``, ``pause_schedule``,
 ``resume_schedule``, ``trigger_schedule``, ``delete_schedule``) work from any
@@ -44,6 +50,8 @@ MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
 CATCH_UP_LIMIT = 100
 #: Metadata keys every cron job carries (and a schedule's own metadata may not use).
 RESERVED_METADATA = ("cron_name", "cron_fire_time", "triggered_manually")
+#: Who declared a schedule, unless told otherwise (``Client(schedule_owner=...)``).
+DEFAULT_OWNER = "default"
 # How many fire times ``latest_fire`` walks one by one before jumping close to now.
 _SCAN_LIMIT = 1000
 T = TypeVar("T")
@@ -279,36 +287,76 @@ def _unique_by_name(schedules: Iterable[PeriodicJob]) -> list[PeriodicJob]:
     return list(result.values())
 
 
-async def upsert_schedules(conn: Any, schedules: Iterable[PeriodicJob], *, now: datetime | None = None) -> list[str]:
+async def upsert_schedules(
+    conn: Any, schedules: Iterable[PeriodicJob], *, now: datetime | None = None, owner: str = DEFAULT_OWNER
+) -> list[str]:
     """Store ``schedules`` in ``awa.cron_jobs`` on an async connection (caller's transaction).
 
     A new schedule is inserted (``created_at`` = ``now``, default the
     database's clock: firing starts with the first occurrence after it). An
     existing one gets its definition columns replaced and ``updated_at``
     bumped only when something changed; ``last_enqueued_at``, ``paused_at``
-    and ``created_at`` are never touched. Schedules not passed are left alone.
-    Returns the names inserted or changed.
+    and ``created_at`` are never touched. Each is marked *declared* by
+    ``owner`` (``awa.cron_job_sources``). Schedules not passed are left alone
+    (``prune_schedules`` removes them). Returns the names inserted or changed.
     """
     from .drivers import detect_async
 
+    _check_owner(owner)
     driver = detect_async(conn)
     changed: list[str] = []
     for schedule in _unique_by_name(schedules):
-        rows = await driver.fetch_all(QUERIES["upsert_cron_job"], schedule.params(now))
+        rows = await driver.fetch_all(QUERIES["upsert_cron_job"], {**schedule.params(now), "owner": owner})
         changed += [row["name"] for row in rows]
     return changed
 
 
-def upsert_schedules_sync(conn: Any, schedules: Iterable[PeriodicJob], *, now: datetime | None = None) -> list[str]:
+def upsert_schedules_sync(
+    conn: Any, schedules: Iterable[PeriodicJob], *, now: datetime | None = None, owner: str = DEFAULT_OWNER
+) -> list[str]:
     """Blocking form of ``upsert_schedules`` (psycopg, SQLAlchemy or Django connection)."""
     from .drivers import detect_sync
 
+    _check_owner(owner)
     driver = detect_sync(conn)
     changed: list[str] = []
     for schedule in _unique_by_name(schedules):
-        rows = driver.fetch_all(QUERIES["upsert_cron_job"], schedule.params(now))
+        rows = driver.fetch_all(QUERIES["upsert_cron_job"], {**schedule.params(now), "owner": owner})
         changed += [row["name"] for row in rows]
     return changed
+
+
+async def prune_schedules(conn: Any, declared: Iterable[str], *, owner: str = DEFAULT_OWNER) -> list[str]:
+    """Delete the schedules ``owner`` declared before and no longer declares; returns their names.
+
+    This is what makes settings and code the source of truth: a worker calls
+    it at start with its declaration set, so a schedule removed from
+    ``AWA["PERIODIC"]`` or from ``client.periodic(...)`` stops firing at the
+    next worker start. Schedules created in the database (admin, ``cron
+    create``) and other owners' are never touched.
+    """
+    from .drivers import detect_async
+
+    _check_owner(owner)
+    rows = await detect_async(conn).fetch_all(
+        QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))}
+    )
+    return [row["name"] for row in rows]
+
+
+def prune_schedules_sync(conn: Any, declared: Iterable[str], *, owner: str = DEFAULT_OWNER) -> list[str]:
+    """Blocking form of ``prune_schedules``."""
+    from .drivers import detect_sync
+
+    _check_owner(owner)
+    rows = detect_sync(conn).fetch_all(
+        QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))}
+    )
+    return [row["name"] for row in rows]
+
+
+def _check_owner(owner: Any) -> None:
+    check_name("owner", owner)
 
 
 # -- operations -------------------------------------------------------------
@@ -316,7 +364,7 @@ def upsert_schedules_sync(conn: Any, schedules: Iterable[PeriodicJob], *, now: d
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """A row of ``awa.cron_jobs`` plus its next fire time (None while paused)."""
+    """A row of ``awa.cron_jobs``, where it comes from, and its next fire time (None while paused)."""
 
     name: str
     cron_expr: str
@@ -334,6 +382,8 @@ class ScheduleInfo:
     updated_at: datetime
     paused_at: datetime | None
     paused_by: str | None
+    source: str  # "declared" (settings / code) or "database" (created by an operator)
+    owner: str | None  # the declaring owner of a declared schedule
     next_fire_at: datetime | None
 
     @property
@@ -449,7 +499,11 @@ def trigger_schedule(conn_or_url: Any, name: str) -> Job:
 
 
 def delete_schedule(conn_or_url: Any, name: str) -> None:
-    """Remove ``name`` from ``awa.cron_jobs`` (a worker that still declares it adds it back at start)."""
+    """Remove ``name`` from ``awa.cron_jobs``, whatever its source (a worker that still declares it adds it back).
+
+    Operators delete database-only schedules with ``cron_edit.delete_schedule``,
+    which refuses declared ones.
+    """
     rows = _run(conn_or_url, lambda d, _: d.fetch_all(QUERIES["delete_cron_job"], {"name": name}))
     if not rows:
         raise ScheduleNotFound(name)

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections, transaction
@@ -34,15 +35,18 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
-from django.utils.timesince import timesince
 
 from awa_bridge import AwaError, ForeignSchema, foreign
 from awa_bridge import admin as ops
-from awa_bridge import cron as cron_ops
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
-from .models import STATE_CHOICES, CronJob, Job, QueueMeta
+from .admin_actions import log_action, operator_of, plain_filter, run_set_action
+from .admin_overview import overview_rows
+from .admin_paging import keyset_page, pager, take_keyset
+from .display import humanize_seconds, show_time, show_when, truncated
+from .models import STATE_CHOICES, Job, QueueMeta
+from .timeline import job_timeline, operator_actions, user_frames
 
 #: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
 ARGS_PREVIEW_CHARS = 80
@@ -89,12 +93,25 @@ def _names(query: str, alias: str) -> list[str]:
     return [next(iter(row.values())) for row in rows]
 
 
+def matching_kinds(term: str, alias: str) -> list[str]:
+    """The known kinds containing ``term`` (prefix or substring, any case), exact match included.
+
+    The kinds come from a loose index scan (one probe per distinct kind, at
+    most ``FILTER_CHOICES_LIMIT``), so the job list then filters with
+    ``kind IN (...)``, served by ``jobs_kind_state_idx``: a kind search never
+    scans the jobs.
+    """
+    needle = term.lower()
+    kinds = [kind for kind in _names("list_job_kinds", alias) if needle in kind.lower()]
+    return kinds if term in kinds or not term else [*kinds, term]
+
+
 class _NameFilter(admin.SimpleListFilter):
     query = ""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         alias = model_admin.model.objects.db
-        return [(name, name) for name in _names(self.query, alias)]
+        return [(name, name if len(name) <= 40 else name[:39] + "…") for name in _names(self.query, alias)]
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         value = self.value()
@@ -135,6 +152,33 @@ class StateFilter(admin.SimpleListFilter):
         if value not in _STATES:  # the column is an enum: an unknown label would be a database error
             return queryset.none()
         return queryset.filter(state=value)
+
+
+def _error_block(error: dict[str, Any]) -> str:
+    """One error entry: the user's frames first, the full traceback one click away."""
+    text = str(error.get("traceback") or "")
+    return format_html(
+        '<div class="awa-error"><p><strong>Attempt {}</strong> {}: <code>{}</code>: '
+        '<span class="awa-error-message">{}</span></p>{}</div>',
+        error.get("attempt", "?"),
+        show_time(_parse_time(error.get("at"))),
+        error.get("type", "Error"),
+        error.get("error", ""),
+        format_html(
+            '<pre class="awa-user-frames">{}</pre><details class="awa-traceback"><summary>Full traceback</summary>'
+            "<pre>{}</pre></details>",
+            user_frames(text),
+            text,
+        )
+        if text
+        else "",
+    )
+
+
+def _parse_time(value: Any) -> datetime | None:
+    from django.utils.dateparse import parse_datetime
+
+    return value if isinstance(value, datetime) else parse_datetime(value) if isinstance(value, str) else None
 
 
 def _pretty_json(value: Any) -> str:
@@ -214,25 +258,31 @@ class JobAdmin(ReadOnlyModelAdmin):
     deletable = True  # guarded by Django's delete permission, through awa_bridge.admin.delete_job
     list_display = (
         "id",
-        "kind",
-        "queue",
         "state_label",
+        "kind_label",
+        "queue_label",
         "priority",
         "attempts",
-        "run_at",
-        "created_at",
+        "run_at_label",
+        "started",
+        "finished",
+        "duration",
         "age",
         "args_preview",
     )
-    list_display_links = ("id", "kind")
+    list_display_links = ("id", "kind_label")
     list_filter = (StateFilter, QueueFilter, KindFilter)
-    search_fields = ("kind",)  # replaced by get_search_results: id, exact kind, or args:TEXT
-    search_help_text = "A job id, a kind (exact), or args:TEXT to search the args (scans; narrow with filters first)."
+    search_fields = ("kind",)  # replaced by get_search_results: id, kind (prefix / substring), or args:TEXT
+    search_help_text = (
+        "A job id, part of a kind (matched against the known kinds, then looked up by index), "
+        "or args:TEXT to search the args (scans; narrow with filters first)."
+    )
+    change_list_template = "admin/awa_django/job/change_list.html"
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT the whole table per filter choice
     paginator = EstimatedCountPaginator
-    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_selected")
+    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
     readonly_fields = (
         "id",
         "kind",
@@ -240,12 +290,13 @@ class JobAdmin(ReadOnlyModelAdmin):
         "state_label",
         "priority",
         "attempts",
-        "run_at",
-        "created_at",
-        "attempted_at",
-        "heartbeat_at",
-        "deadline_at",
-        "finalized_at",
+        "run_at_full",
+        "created_label",
+        "started_full",
+        "heartbeat_label",
+        "deadline_label",
+        "finished_full",
+        "duration",
         "tag_list",
         "run_lease",
         "unique_key_hex",
@@ -253,15 +304,27 @@ class JobAdmin(ReadOnlyModelAdmin):
         "pretty_metadata",
         "pretty_progress",
         "error_history",
+        "timeline",
     )
     fieldsets = (
         (None, {"fields": ("id", "kind", "queue", "state_label", "priority", "attempts", "tag_list")}),
+        ("Timeline", {"fields": ("timeline",)}),
         ("Arguments", {"fields": ("pretty_args",)}),
-        ("Error history", {"fields": ("error_history",)}),
+        ("Error history (newest first)", {"fields": ("error_history",)}),
         ("Progress and metadata", {"fields": ("pretty_progress", "pretty_metadata")}),
         (
             "Timing",
-            {"fields": ("run_at", "created_at", "attempted_at", "heartbeat_at", "deadline_at", "finalized_at")},
+            {
+                "fields": (
+                    "run_at_full",
+                    "created_label",
+                    "started_full",
+                    "heartbeat_label",
+                    "deadline_label",
+                    "finished_full",
+                    "duration",
+                )
+            },
         ),
         ("Bookkeeping", {"classes": ("collapse",), "fields": ("run_lease", "unique_key_hex")}),
     )
@@ -307,9 +370,63 @@ class JobAdmin(ReadOnlyModelAdmin):
     def attempts(self, job: Job) -> str:
         return f"{job.attempt}/{job.max_attempts}"
 
-    @admin.display(description="age")
+    @admin.display(description="kind", ordering="kind")
+    def kind_label(self, job: Job) -> str:
+        return truncated(job.kind)
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_label(self, job: Job) -> str:
+        return truncated(job.queue, 16)
+
+    @admin.display(description="run at", ordering="run_at")
+    def run_at_label(self, job: Job) -> str:
+        return show_when(job.run_at)
+
+    @admin.display(description="created")
+    def created_label(self, job: Job) -> str:
+        return show_time(job.created_at)
+
+    @admin.display(description="last heartbeat")
+    def heartbeat_label(self, job: Job) -> str:
+        return show_time(job.heartbeat_at)
+
+    @admin.display(description="deadline")
+    def deadline_label(self, job: Job) -> str:
+        return show_time(job.deadline_at)
+
+    @admin.display(description="started")
+    def started(self, job: Job) -> str:
+        return show_when(job.attempted_at)
+
+    @admin.display(description="finished")
+    def finished(self, job: Job) -> str:
+        return show_when(job.finalized_at)
+
+    @admin.display(description="run at")
+    def run_at_full(self, job: Job) -> str:
+        return show_time(job.run_at)
+
+    @admin.display(description="started")
+    def started_full(self, job: Job) -> str:
+        return show_time(job.attempted_at)
+
+    @admin.display(description="finished")
+    def finished_full(self, job: Job) -> str:
+        return show_time(job.finalized_at)
+
+    @admin.display(description="duration")
+    def duration(self, job: Job) -> str:
+        if job.attempted_at is None:
+            return "-"
+        if job.finalized_at is not None and job.finalized_at >= job.attempted_at:
+            return humanize_seconds((job.finalized_at - job.attempted_at).total_seconds())
+        if job.state == "running":
+            return humanize_seconds((timezone.now() - job.attempted_at).total_seconds()) + " so far"
+        return "-"
+
+    @admin.display(description="age", ordering="created_at")
     def age(self, job: Job) -> str:
-        return timesince(job.created_at, timezone.now())
+        return humanize_seconds(max((timezone.now() - job.created_at).total_seconds(), 0.0))
 
     @admin.display(description="tags")
     def tag_list(self, job: Job) -> str:
@@ -335,27 +452,30 @@ class JobAdmin(ReadOnlyModelAdmin):
     def error_history(self, job: Job) -> str:
         if not job.errors:
             return "-"
-        entries = []
-        for error in job.errors:
-            entries.append(
-                (
-                    error.get("attempt", "?"),
-                    error.get("at", ""),
-                    error.get("type", "Error"),
-                    error.get("error", ""),
-                    error.get("traceback") or "",
-                )
+        return format_html_join("", "{}", ((_error_block(error),) for error in reversed(job.errors)))
+
+    @admin.display(description="timeline")
+    def timeline(self, job: Job) -> str:
+        events = job_timeline(job, operator_actions(self.model.objects.db, job.id))
+        items = (
+            (
+                event.kind,
+                show_time(event.at),
+                event.title,
+                format_html(" — <em>{}</em>", event.who) if event.who else "",
+                format_html(": {}", event.detail) if event.detail else "",
             )
-        return format_html_join(
-            "",
-            '<div class="awa-error"><p><strong>Attempt {}</strong> at {}: <code>{}</code>: '
-            '<span class="awa-error-message">{}</span></p><pre>{}</pre></div>',
-            entries,
+            for event in events
+        )
+        return format_html(
+            '<ul class="awa-timeline">{}</ul>',
+            format_html_join("", '<li class="awa-ev-{}">{} <strong>{}</strong>{}{}</li>', items),
         )
 
     # -- search ----------------------------------------------------------------------
 
     def get_search_results(self, request: HttpRequest, queryset: Any, search_term: str) -> tuple[Any, bool]:
+        queryset = keyset_page(request, queryset, self.list_per_page)
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -363,30 +483,73 @@ class JobAdmin(ReadOnlyModelAdmin):
             return queryset.filter(args__icontains=term[5:].strip()), False
         if term.isascii() and term.isdigit() and int(term) <= _MAX_ID:  # "²".isdigit() too, but not int()
             return queryset.filter(id=int(term)) | queryset.filter(kind=term), False
-        return queryset.filter(kind=term), False
+        return queryset.filter(kind__in=matching_kinds(term, self.model.objects.db)), False
 
     # -- actions -------------------------------------------------------------------------
 
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes action_location; 5.2 does not know it.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location)  # type: ignore[call-arg]
+        actions.pop("delete_selected", None)  # replaced by delete_jobs: one summary, running jobs skipped
+        return actions
+
     @admin.action(description="Retry selected jobs", permissions=["retry"])
     def retry_jobs(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.retry_job, "job(s) made available again")
+        run_set_action(self, request, queryset, "retry")
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_jobs(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.cancel_job, "job(s) cancelled")
+        run_set_action(self, request, queryset, "cancel")
 
     @admin.action(description="Run selected jobs now", permissions=["run_now"])
     def run_jobs_now(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.run_now, "job(s) made available now")
+        run_set_action(self, request, queryset, "run_now")
+
+    @admin.action(description="Delete selected jobs", permissions=["delete"])
+    def delete_jobs(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """Asks first (a page naming the set), then deletes in batches; running jobs are skipped."""
+        if request.POST.get("awa_confirm") == "yes":
+            run_set_action(self, request, queryset, "delete")
+            return None
+        across = request.POST.get("select_across") == "1"
+        filters = plain_filter(request) if across else None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Delete jobs?",
+            "across": across,
+            "filters": sorted((filters or {}).items()),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "count": None if across else len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/awa_django/job/delete_jobs_confirmation.html", context)
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        _run_each(request, self, [obj.id], ops.delete_job, "job deleted")
+        request._awa_deleted = False  # type: ignore[attr-defined]
+        try:
+            ops.delete_job(connections[self.model.objects.db], obj.id, operator=operator_of(request))
+        except AwaError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        request._awa_deleted = True  # type: ignore[attr-defined]
+        log_action(request, Job, "delete", f"job {obj.id} deleted", f"job {obj.id}", single_id=obj.id)
 
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        _run_each(request, self, _ids(queryset), ops.delete_job, "job(s) deleted")
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        if not getattr(request, "_awa_deleted", False):  # refused: the error is the only message
+            return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[obj_id]))
+        return super().response_delete(request, obj_display, obj_id)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.state == "running":
+            return False  # cancel it first: no Delete button on a running job
+        return super().has_delete_permission(request, obj)
 
     def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
-        return None  # the admin log has no rows for jobs: they are not Django objects
+        return None  # logged once per action by admin_actions.log_action
 
     def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> None:
         return None
@@ -430,8 +593,22 @@ class JobAdmin(ReadOnlyModelAdmin):
             job_id = int(object_id)
         except ValueError:
             raise PermissionDenied from None
-        _run_each(request, self, [job_id], operation, f"job {job_id} {done}")
+        try:
+            operation(connections[self.model.objects.db], job_id, operator=operator_of(request))
+        except AwaError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, f"Job {job_id} {done}.", messages.SUCCESS)
+            log_action(request, Job, action, f"job {job_id} {done}", f"job {job_id}", single_id=job_id)
         return HttpResponseRedirect(reverse("admin:awa_django_job_change", args=[job_id]))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        take_keyset(request)
+        response = super().changelist_view(request, extra_context)
+        cl = getattr(response, "context_data", {}).get("cl")
+        if cl is not None:
+            cl.awa_pager = pager(request, cl)
+        return response
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> Any:
         extra_context = dict(extra_context or {})
@@ -445,16 +622,12 @@ class JobAdmin(ReadOnlyModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
-def _ids(queryset: Any) -> list[int]:
-    return list(queryset.values_list("id", flat=True))
-
-
 # -- queues ------------------------------------------------------------------------------------
 
 
 @admin.register(QueueMeta)
 class QueueAdmin(ReadOnlyModelAdmin):
-    """One row per queue: live counts by state, failed, completions in the last hour, lag, pause/resume."""
+    """The overview: per queue, throughput charts, depth by state, lag, oldest job, live workers, pause/resume."""
 
     change_list_template = "admin/awa_django/queuemeta/change_list.html"
 
@@ -468,12 +641,12 @@ class QueueAdmin(ReadOnlyModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        stats = ops.queue_stats(connections[self.model.objects.db])
+        conn = connections[self.model.objects.db]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Queues",
-            "stats": stats,
+            "title": "Queues overview",
+            "rows": overview_rows(conn),
             "can_pause": self.has_pause_permission(request),
             **(extra_context or {}),
         }
@@ -485,82 +658,16 @@ class QueueAdmin(ReadOnlyModelAdmin):
         conn = connections[self.model.objects.db]
         try:
             if action == "pause":
-                ops.pause_queue(conn, queue, paused_by=f"admin:{request.user.get_username()}")
+                ops.pause_queue(conn, queue, paused_by=operator_of(request))
             else:
                 ops.resume_queue(conn, queue)
             self.message_user(request, f"Queue {queue} {action}d.", messages.SUCCESS)
+            log_action(request, QueueMeta, action, f"queue {queue} {action}d", f"queue {queue}", single_id=queue)
         except AwaError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         return HttpResponseRedirect(reverse("admin:awa_django_queuemeta_changelist"))
 
 
-# -- cron schedules ----------------------------------------------------------------------------
+# -- cron schedules, overview and workers: their own modules, registered on import --------------
 
-
-@admin.register(CronJob)
-class CronJobAdmin(ReadOnlyModelAdmin):
-    list_display = ("name", "cron_expr", "timezone", "kind", "queue", "next_fire", "last_enqueued_at", "paused_label")
-    readonly_fields = (
-        "name",
-        "cron_expr",
-        "timezone",
-        "kind",
-        "queue",
-        "priority",
-        "max_attempts",
-        "missed_fire_policy",
-        "next_fire",
-        "last_enqueued_at",
-        "paused_label",
-        "paused_by",
-        "created_at",
-        "updated_at",
-        "pretty_args",
-        "pretty_metadata",
-    )
-    fields = readonly_fields
-    actions = ("trigger_schedules", "pause_schedules", "resume_schedules")
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("awa_django.pause_cronjob")
-
-    def has_trigger_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("awa_django.trigger_cronjob")
-
-    @admin.display(description="next fire")
-    def next_fire(self, row: CronJob) -> datetime | str:
-        if row.paused_at is not None:
-            return "paused"
-        base = max(row.last_enqueued_at or row.created_at, timezone.now())
-        try:
-            return cron_ops.next_fire_time(row.cron_expr, row.timezone, base)
-        except Exception:
-            return "-"
-
-    @admin.display(description="paused", boolean=True)
-    def paused_label(self, row: CronJob) -> bool:
-        return row.paused
-
-    @admin.display(description="args")
-    def pretty_args(self, row: CronJob) -> str:
-        return _pretty_json(row.args)
-
-    @admin.display(description="metadata")
-    def pretty_metadata(self, row: CronJob) -> str:
-        return _pretty_json(row.metadata)
-
-    @admin.action(description="Trigger selected schedules now", permissions=["trigger"])
-    def trigger_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, cron_ops.trigger_schedule, "schedule(s) triggered: one job each enqueued")
-
-    @admin.action(description="Pause selected schedules", permissions=["pause"])
-    def pause_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        by = f"admin:{request.user.get_username()}"
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, lambda c, n: cron_ops.pause_schedule(c, n, paused_by=by), "schedule(s) paused")
-
-    @admin.action(description="Resume selected schedules", permissions=["pause"])
-    def resume_schedules(self, request: HttpRequest, queryset: Any) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        _run_each(request, self, names, cron_ops.resume_schedule, "schedule(s) resumed")
+from . import admin_cron, admin_workers  # noqa: E402, F401

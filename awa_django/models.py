@@ -1,4 +1,4 @@
-"""Read-only, unmanaged models over ``awa.jobs``, ``awa.queue_meta`` and ``awa.cron_jobs``.
+"""Read-only, unmanaged models over ``awa.jobs``, ``awa.queue_meta``, ``awa.cron_jobs`` and ``awa.runtime_instances``.
 
 For queries, reports and the admin: ``Job.objects.filter(state="failed")``.
 The tables belong to the shared SQL migrations (Django never creates or
@@ -121,7 +121,8 @@ class Job(ReadOnlyModelBase):
         ]
 
     def __str__(self) -> str:
-        return f"job {self.id} ({self.kind})"
+        kind = self.kind if len(self.kind) <= 60 else self.kind[:59] + "…"
+        return f"job {self.id} ({kind})"
 
     @property
     def is_finished(self) -> bool:
@@ -176,6 +177,7 @@ class CronJob(ReadOnlyModelBase):
         permissions = [
             ("pause_cronjob", "Can pause and resume cron schedules"),
             ("trigger_cronjob", "Can trigger cron schedules"),
+            ("edit_cronjob", "Can create, edit and delete database-only cron schedules"),
         ]
 
     def __str__(self) -> str:
@@ -184,3 +186,32 @@ class CronJob(ReadOnlyModelBase):
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+
+class WorkerInstance(ReadOnlyModelBase):
+    """A worker process, as it reports itself in ``awa.runtime_instances`` (the admin's workers page).
+
+    Rows older than the heartbeat staleness window belong to processes that
+    died without saying so; the page shows them as gone until the leader
+    prunes them.
+    """
+
+    instance_id = models.UUIDField(primary_key=True)
+    hostname = models.TextField()
+    pid = models.IntegerField()
+    version = models.TextField()
+    queues = models.JSONField(default=list)
+    jobs_held = models.IntegerField()
+    is_leader = models.BooleanField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'awa"."runtime_instances'
+        ordering = ["hostname", "pid"]
+        verbose_name = "worker"
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"

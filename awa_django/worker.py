@@ -105,6 +105,7 @@ def build_client(settings: AwaSettings | None = None) -> Client:
         registry.add_task(task)
     for name, options in settings.periodic.items():
         client.schedules[name] = build_schedule(name, options)
+    client.prune_when_empty = True  # AWA["PERIODIC"] is the truth: an emptied one deletes what it declared
     from .celery import install_celery_tasks
 
     install_celery_tasks(client)  # Celery-style tasks (awa_bridge.celery) and CELERY_BEAT_SCHEDULE

@@ -6,8 +6,10 @@
 Builds a throwaway database (on DATABASE_URL's server, else an embedded
 PostgreSQL), migrates it with `manage.py migrate` (awa_django's migrations),
 fills awa.jobs with finished jobs (completed, a few failed and cancelled) plus
-a small live backlog, ANALYZEs, then requests each admin page through Django's
-test client as a logged-in superuser. For each page it prints the median time,
+a small live backlog and 25,000 failed jobs of one kind, two days of per-minute
+queue rollups and 15 worker rows (3 of them gone), ANALYZEs, then requests
+each admin page through Django's test client as a logged-in superuser, and
+finally times "select all + Retry" over the 25,000 failed jobs. For each page it prints the median time,
 the number of SQL statements, the slowest statement's time, whether any
 statement was a COUNT over awa.jobs, and the plan of the page's list query
 (which index serves it). The database is dropped afterwards.
@@ -49,6 +51,27 @@ LIVE = """
 INSERT INTO awa.jobs (kind, queue, args, state, run_at)
 SELECT 'kind_' || (g % 20), 'email', jsonb_build_object('n', g), 'available', now()
 FROM generate_series(1, 200) AS g
+"""
+# The overview's charts: two days of per-minute rollups for the 4 queues (what workers write).
+ROLLUPS = """
+INSERT INTO awa.queue_rollups (queue, minute, completed, failed, retried)
+SELECT q, date_trunc('minute', now()) - make_interval(mins => m), 300 + m % 50, m % 3, m % 5
+FROM unnest(ARRAY['default', 'email', 'reports', 'billing']) AS q, generate_series(0, 2879) AS m
+"""
+# The workers page: 12 live workers and 3 gone ones.
+WORKERS = """
+INSERT INTO awa.runtime_instances (instance_id, hostname, pid, version, queues, jobs_held, is_leader,
+                                   started_at, heartbeat_at)
+SELECT gen_random_uuid(), 'host-' || g, 1000 + g, '0.6.0',
+       '[{"name": "email", "max_workers": 20, "running": 3}, {"name": "default", "max_workers": 10, "running": 1}]',
+       4, g = 1, now() - interval '3 hours',
+       now() - CASE WHEN g > 12 THEN interval '1 hour' ELSE interval '1 second' END
+FROM generate_series(1, 15) AS g
+"""
+# A failing kind to retry all at once from the list ("select all matching this filter").
+BULK_FAILED = """
+INSERT INTO awa.jobs (kind, queue, state, attempt, max_attempts, attempted_at, finalized_at, created_at)
+SELECT 'bulk_import', 'billing', 'failed', 1, 1, now(), now(), now() FROM generate_series(1, 25000)
 """
 
 
@@ -132,6 +155,20 @@ def measure(client: Any, path: str, runs: int) -> dict[str, Any]:
     }
 
 
+def bulk_retry(client: Any) -> None:
+    """'Select all' + Retry over the 25,000 failed jobs of a kind: one request, one summary."""
+    from django.contrib.messages import get_messages
+
+    start = time.perf_counter()
+    response = client.post(
+        "/admin/awa_django/job/?state=failed&kind=bulk_import",
+        {"action": "retry_jobs", "select_across": "1", "index": "0", "_selected_action": ["1"]},
+    )
+    elapsed = time.perf_counter() - start
+    summary = [str(m) for m in get_messages(response.wsgi_request)]
+    print(f"\nselect all + Retry over 25,000 failed jobs: {elapsed * 1000:.0f} ms, messages: {summary}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
@@ -161,12 +198,19 @@ def main() -> int:
         with connection.cursor() as cursor:
             cursor.execute(FILL, {"n": ns.jobs})
             cursor.execute(LIVE)
+            cursor.execute(ROLLUPS)
+            cursor.execute(WORKERS)
+            cursor.execute(BULK_FAILED)
             cursor.execute("ANALYZE awa.jobs")
+            cursor.execute("ANALYZE awa.queue_rollups")
             cursor.execute("SELECT pg_size_pretty(pg_total_relation_size('awa.jobs')), version()")
             size, version = cursor.fetchone()
             cursor.execute("SELECT id FROM awa.jobs WHERE state = 'failed' ORDER BY id DESC LIMIT 1")
             failed_id = cursor.fetchone()[0]
-        print(f"{ns.jobs:,} finished jobs + 200 available in {time.perf_counter() - start:.1f} s; awa.jobs is {size}")
+        print(
+            f"{ns.jobs:,} finished jobs + 200 available + 25,000 failed in {time.perf_counter() - start:.1f} s; "
+            f"awa.jobs is {size}"
+        )
         print(version.split(",")[0])
         User.objects.create_superuser("bench", "bench@example.com", "pw")
         client = Client()
@@ -181,9 +225,15 @@ def main() -> int:
             "/admin/awa_django/job/?kind=kind_7",
             "/admin/awa_django/job/?kind=kind_0&state=failed",
             "/admin/awa_django/job/?p=100",
+            f"/admin/awa_django/job/?before={ns.jobs // 2}",
+            "/admin/awa_django/job/?oldest=1",
+            "/admin/awa_django/job/?state=completed&oldest=1",
+            "/admin/awa_django/job/?state=failed&queue=billing&oldest=1",
+            "/admin/awa_django/job/?q=ind_1",
             f"/admin/awa_django/job/?q={failed_id}",
             f"/admin/awa_django/job/{failed_id}/change/",
             "/admin/awa_django/queuemeta/",
+            "/admin/awa_django/workerinstance/",
             "/admin/awa_django/cronjob/",
         ]
         results = [measure(client, page, ns.runs) for page in pages]
@@ -197,6 +247,7 @@ def main() -> int:
                 f"{r['path'].ljust(width)}  {r['median_ms']:9.1f}  {r['statements']:10d}  {r['slowest_ms']:10.1f}"
                 f"  {r['counts']:6d}  {plan}"
             )
+        bulk_retry(client)
         connection.close()
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:

@@ -248,11 +248,27 @@ FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, le
 WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
 RETURNING j.id
 
+-- name: upsert_queue_rollups
+-- The worker's outcome counters (awa_bridge.worker.rollup), every few
+-- seconds in one statement: one array element per (queue, minute) counted.
+INSERT INTO awa.queue_rollups AS r (queue, minute, completed, failed, retried, cancelled)
+SELECT * FROM unnest(CAST(%(queues)s AS text[]), CAST(%(minutes)s AS timestamptz[]),
+                     CAST(%(completed)s AS bigint[]), CAST(%(failed)s AS bigint[]),
+                     CAST(%(retried)s AS bigint[]), CAST(%(cancelled)s AS bigint[]))
+ON CONFLICT (queue, minute) DO UPDATE
+SET completed = r.completed + EXCLUDED.completed, failed = r.failed + EXCLUDED.failed,
+    retried = r.retried + EXCLUDED.retried, cancelled = r.cancelled + EXCLUDED.cancelled
+
 -- ---------------------------------------------------------------------------
 -- Maintenance (leader only). Candidates are locked with SKIP LOCKED and the
 -- UPDATE re-checks state and lease, so a row being finalized concurrently is
 -- skipped rather than overwritten (River #1302).
 -- ---------------------------------------------------------------------------
+
+-- name: prune_queue_rollups
+-- Rollups past the longest chart window (a day) plus a margin; the leader's
+-- retention tick (queue_rollups_minute_idx).
+DELETE FROM awa.queue_rollups WHERE minute < now() - interval '2 days' RETURNING minute
 
 -- name: try_leader_lock
 -- Held by the leader's lease connection: the server drops it with the session,
@@ -437,6 +453,14 @@ j.progress::text AS progress
 SELECT /* include: job_columns */
 FROM awa.jobs AS j WHERE j.id = %(id)s
 
+-- name: list_job_actions
+-- A job's operator actions for its timeline (job_actions_job_idx).
+SELECT action, operator, prior_state::text AS prior_state, at
+FROM awa.job_actions
+WHERE job_id = %(id)s
+ORDER BY at, id
+LIMIT 200
+
 -- name: list_jobs
 SELECT id, kind, queue, state::text AS state, priority, attempt, max_attempts, run_at, created_at
 FROM awa.jobs
@@ -449,40 +473,106 @@ LIMIT %(limit)s
 -- name: upsert_cron_job
 -- A declaration: insert, or replace the definition columns when one differs.
 -- last_enqueued_at, paused_at/paused_by and created_at are never touched.
+-- The schedule is marked declared by %(owner)s in awa.cron_job_sources (a
+-- database-only schedule of the same name becomes declared: code wins).
 -- Returns a row only when something was inserted or changed.
-INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                                tags, metadata, missed_fire_policy, created_at, updated_at)
-VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
-        COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
-ON CONFLICT (name) DO UPDATE
-SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-    queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-    max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
-    missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
-WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
-       c.metadata, c.missed_fire_policy)
-      IS DISTINCT FROM
-      (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-       EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-       EXCLUDED.missed_fire_policy)
+WITH upserted AS (
+    INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                                    tags, metadata, missed_fire_policy, created_at, updated_at)
+    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
+            COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
+    ON CONFLICT (name) DO UPDATE
+    SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
+        queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
+        missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
+    WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
+           c.metadata, c.missed_fire_policy)
+          IS DISTINCT FROM
+          (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
+           EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
+           EXCLUDED.missed_fire_policy)
+    RETURNING c.name
+), sourced AS (
+    INSERT INTO awa.cron_job_sources AS s (name, source, owner)
+    VALUES (CAST(%(name)s AS text), 'declared', CAST(%(owner)s AS text))
+    ON CONFLICT (name) DO UPDATE SET source = 'declared', owner = EXCLUDED.owner
+    WHERE (s.source, s.owner) IS DISTINCT FROM ('declared', EXCLUDED.owner)
+    RETURNING s.name
+)
+SELECT name FROM upserted UNION SELECT name FROM sourced
+
+-- name: prune_declared_cron_jobs
+-- Settings and code are the source of truth: at worker start, the schedules
+-- %(owner)s declared before but no longer declares are deleted (with their
+-- source rows), so they never fire again. Database-only schedules and other
+-- owners' are left alone.
+DELETE FROM awa.cron_jobs AS c
+USING awa.cron_job_sources AS s
+WHERE s.name = c.name AND s.source = 'declared' AND s.owner = CAST(%(owner)s AS text)
+  AND NOT (c.name = ANY(CAST(%(names)s AS text[])))
 RETURNING c.name
 
+-- name: create_cron_job
+-- A database-only schedule (admin, `awa_cron create`): never replaces an
+-- existing one; a worker never deletes it.
+WITH created AS (
+    INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                               tags, metadata, missed_fire_policy)
+    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name
+), sourced AS (
+    INSERT INTO awa.cron_job_sources (name, source) SELECT name, 'database' FROM created
+    RETURNING name
+)
+SELECT name FROM created WHERE EXISTS (SELECT 1 FROM sourced)
+
+-- name: lock_cron_job_source
+-- Where a schedule comes from, its row locked for an edit or a delete
+-- (source NULL: no source row, a schedule written by someone else).
+SELECT c.name, s.source, s.owner
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
+FOR UPDATE OF c
+
+-- name: update_cron_job
+-- Edit of a database-only schedule (the caller checked its source under the
+-- lock). Firing goes on from last_enqueued_at with the new expression.
+UPDATE awa.cron_jobs
+SET cron_expr = CAST(%(cron_expr)s AS text), timezone = CAST(%(timezone)s AS text),
+    kind = CAST(%(kind)s AS text), queue = CAST(%(queue)s AS text), args = CAST(%(args)s AS jsonb),
+    priority = CAST(%(priority)s AS smallint), max_attempts = CAST(%(max_attempts)s AS smallint),
+    tags = CAST(%(tags)s AS text[]), metadata = CAST(%(metadata)s AS jsonb),
+    missed_fire_policy = CAST(%(missed_fire_policy)s AS text), updated_at = now()
+WHERE name = CAST(%(name)s AS text)
+RETURNING name
+
 -- name: list_cron_jobs
-SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
-       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
-       paused_at, paused_by, clock_timestamp() AS db_now
-FROM awa.cron_jobs
-ORDER BY name
+-- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
+-- source row: written by someone else, treated as database-only).
+SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
+       s.owner, clock_timestamp() AS db_now
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+ORDER BY c.name
 
 -- name: get_cron_job
-SELECT name, cron_expr, timezone, kind, queue, args::text AS args, priority, max_attempts, tags,
-       metadata::text AS metadata, missed_fire_policy, last_enqueued_at, created_at, updated_at,
-       paused_at, paused_by, clock_timestamp() AS db_now
-FROM awa.cron_jobs
-WHERE name = CAST(%(name)s AS text)
+-- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
+-- source row: written by someone else, treated as database-only).
+SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
+       s.owner, clock_timestamp() AS db_now
+FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
 
 -- name: cron_fire_candidates
 -- The leader's cheap unlocked look at what may be due; the database clock is
@@ -562,6 +652,12 @@ WITH target AS (
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
     RETURNING /* include: job_columns */
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'retry', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -585,6 +681,12 @@ WITH target AS (
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
     RETURNING /* include: job_columns */
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'cancel', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -619,6 +721,12 @@ WITH target AS (
     FROM target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
     RETURNING /* include: job_columns */
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'run_now', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 ), notified AS (
     SELECT pg_notify('awa_jobs', queue) FROM changed
 )
@@ -633,6 +741,12 @@ WITH target AS (
     USING target
     WHERE j.id = target.id AND target.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
     RETURNING /* include: job_columns */
+), logged AS (
+    -- The operator's action on the job's timeline (awa.job_actions), when one is named.
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT changed.id, 'delete', CAST(%(operator)s AS text), target.state
+    FROM changed JOIN target ON target.id = changed.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
 )
 SELECT target.state::text AS prior_state, changed.* FROM target LEFT JOIN changed ON true
 
@@ -739,6 +853,256 @@ FROM awa.queue_meta AS m
 WHERE CAST(%(queue)s AS text) IS NULL
   AND NOT EXISTS (SELECT 1 FROM awa.jobs AS j WHERE j.queue = m.queue)
 ORDER BY queue
+
+-- ---------------------------------------------------------------------------
+-- Dashboard reads (awa_bridge.dashboard: the admin's overview and workers
+-- pages). Charts read only the rollups the workers write, never awa.jobs.
+-- ---------------------------------------------------------------------------
+
+-- name: queue_throughput
+-- Completed / failed / retried / cancelled per queue and %(unit)s ('minute'
+-- or 'hour') since %(since)s: a range of queue_rollups_minute_idx.
+SELECT queue, date_trunc(CAST(%(unit)s AS text), minute, 'UTC') AS bucket,
+       sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+       sum(retried)::bigint AS retried, sum(cancelled)::bigint AS cancelled
+FROM awa.queue_rollups
+WHERE minute >= CAST(%(since)s AS timestamptz)
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: queue_oldest_waiting
+-- Per queue, when the longest-due available job was enqueued: the first
+-- entry of each priority in jobs_dispatch_idx (4 probes per queue).
+SELECT q.queue, min(f.created_at) AS oldest_created_at
+FROM unnest(CAST(%(queues)s AS text[])) AS q (queue)
+CROSS JOIN (VALUES (1), (2), (3), (4)) AS p (priority)
+CROSS JOIN LATERAL (
+    SELECT a.created_at FROM awa.jobs AS a
+    WHERE a.state = 'available' AND a.queue = q.queue AND a.priority = p.priority
+    ORDER BY a.run_at
+    LIMIT 1
+) AS f
+GROUP BY q.queue
+
+-- name: list_runtime_instances
+-- Every registered worker process, with whether its heartbeat is within the
+-- staleness window (a row past it is a process that died without saying so).
+SELECT instance_id::text AS instance_id, hostname, pid, version, queues::text AS queues, jobs_held,
+       is_leader, started_at, heartbeat_at,
+       heartbeat_at > clock_timestamp() - make_interval(secs => CAST(%(staleness)s AS float8)) AS live,
+       clock_timestamp() AS db_now
+FROM awa.runtime_instances
+ORDER BY hostname, pid, started_at
+
+-- ---------------------------------------------------------------------------
+-- Set-based admin operations (awa_bridge.admin.retry_jobs / cancel_jobs /
+-- run_jobs_now / delete_jobs). ONE statement per batch: `picked` is the batch,
+-- chosen either by id (%(ids)s, a selection) or by filter (%(ids)s NULL:
+-- states, kind, queue, keyset after %(after)s in id order, served by
+-- jobs_queue_state_idx / jobs_kind_state_idx), and locked in id order;
+-- `allowed` keeps the rows whose locked state allows the action; the change
+-- is recorded in awa.job_actions when an operator is named; the result row
+-- says how far the batch went (last_id, the next keyset bound) and why the
+-- rows left alone were skipped ({"completed": 19, ...}). A job whose unique
+-- key another live job holds (or an older job of the same batch being made
+-- available with it) is skipped, not an error: one such row must not abort
+-- a batch of thousands.
+-- ---------------------------------------------------------------------------
+
+-- name: bulk_retry_jobs
+-- As retry_job, over a batch.
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), ranked AS (
+    SELECT a.id, a.unique_key,
+           a.unique_key IS NOT NULL AND awa.job_state_in_bitmask(a.unique_states, 'available') AS keyed,
+           row_number() OVER (PARTITION BY a.unique_key ORDER BY a.id) AS nth
+    FROM allowed AS a
+), eligible AS (
+    SELECT r.id FROM ranked AS r
+    WHERE NOT r.keyed
+       OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.jobs AS o
+               WHERE o.unique_key = r.unique_key AND awa.job_state_in_bitmask(o.unique_states, o.state)
+                 AND o.id <> r.id))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+        heartbeat_at = NULL, deadline_at = NULL,
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM eligible
+    WHERE j.id = eligible.id
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'retry', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_cancel_jobs
+-- As cancel_job, over a batch (running jobs find out at their next heartbeat).
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('cancelled by an operator while %%s', allowed.state),
+            'type', 'AdminCancel', 'attempt', j.attempt, 'at', now())),
+        callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+        callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+    FROM allowed
+    WHERE j.id = allowed.id
+    RETURNING j.id, j.queue
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'cancel', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       0 AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_run_jobs_now
+-- As run_job_now, over a batch.
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), ranked AS (
+    SELECT a.id, a.unique_key,
+           a.unique_key IS NOT NULL AND awa.job_state_in_bitmask(a.unique_states, 'available') AS keyed,
+           row_number() OVER (PARTITION BY a.unique_key ORDER BY a.id) AS nth
+    FROM allowed AS a
+), eligible AS (
+    SELECT r.id FROM ranked AS r
+    WHERE NOT r.keyed
+       OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.jobs AS o
+               WHERE o.unique_key = r.unique_key AND awa.job_state_in_bitmask(o.unique_states, o.state)
+                 AND o.id <> r.id))
+), changed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', run_at = now()
+    FROM eligible
+    WHERE j.id = eligible.id
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'run_now', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
+
+-- name: bulk_delete_jobs
+-- As delete_job, over a batch (running jobs are skipped: cancel them first).
+WITH picked AS (
+    SELECT id, state, unique_key, unique_states FROM awa.jobs
+    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+), changed AS (
+    DELETE FROM awa.jobs AS j
+    USING allowed
+    WHERE j.id = allowed.id
+    RETURNING j.id, j.queue
+), logged AS (
+    INSERT INTO awa.job_actions (job_id, action, operator, prior_state)
+    SELECT p.id, 'delete', CAST(%(operator)s AS text), p.state
+    FROM picked AS p JOIN changed AS c ON c.id = p.id
+    WHERE CAST(%(operator)s AS text) IS NOT NULL
+    RETURNING job_id
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(id) FROM picked) AS last_id,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM logged) AS logged,
+       0 AS notified,
+       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                          THEN 'unique key held' ELSE p.state::text END AS reason,
+                     count(*) AS n
+              FROM picked AS p
+              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+              GROUP BY 1) AS s) AS skipped
 
 -- ---------------------------------------------------------------------------
 -- Receipts (awa_bridge.receipts), on the caller's connection and transaction.

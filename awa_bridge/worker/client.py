@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .. import enqueue
-from ..cron import PeriodicJob, upsert_schedules
+from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
 from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate, require_schema
@@ -38,7 +38,14 @@ QueueSpec = str | tuple[str, int] | QueueConfig
 class Client:
     """Handlers, queues and the worker runtime for one database."""
 
-    def __init__(self, database_url: str | None = None, *, config: WorkerConfig | None = None, **timings: Any):
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        config: WorkerConfig | None = None,
+        schedule_owner: str = DEFAULT_OWNER,
+        **timings: Any,
+    ):
         url = database_url or os.environ.get("DATABASE_URL")
         if not url:
             raise ValueError("Client needs a database URL (argument or DATABASE_URL)")
@@ -47,6 +54,12 @@ class Client:
         self.registry = Registry()
         self.hooks = Hooks()
         self.schedules: dict[str, PeriodicJob] = {}
+        #: Whose declared schedules this client's are: at start it deletes the ones this owner
+        #: declared before and no longer declares. Give clients that share a database but
+        #: declare different schedules different owners.
+        self.schedule_owner = schedule_owner
+        #: Prune at start even with no schedule declared (the Django worker: settings are the truth).
+        self.prune_when_empty = False
         self.runtime: Runtime | None = None
         self._insert_pool: Any = None
 
@@ -137,7 +150,7 @@ class Client:
         # (SchemaNotMigrated) at once, with one line, before any loop starts.
         await asyncio.to_thread(require_schema, self.database_url)
         await refuse_worker_on_awa_pg(self.database_url)
-        if self.schedules:
+        if self.schedules or self.prune_when_empty:
             await self._declare_schedules()
         self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
         await self.runtime.start()
@@ -146,12 +159,17 @@ class Client:
     async def _declare_schedules(self) -> None:
         import asyncpg
 
+        owner = self.schedule_owner
         conn = await asyncpg.connect(self.database_url)
         try:
-            changed = await upsert_schedules(conn, self.schedules.values())
+            async with conn.transaction():
+                changed = await upsert_schedules(conn, self.schedules.values(), owner=owner)
+                removed = await prune_schedules(conn, self.schedules, owner=owner)
         finally:
             await conn.close()
         log.info("periodic jobs declared: %s (%d new or changed)", ", ".join(sorted(self.schedules)), len(changed))
+        if removed:
+            log.info("periodic jobs no longer declared, deleted: %s", ", ".join(removed))
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, drain for up to ``timeout`` seconds, release what is left."""

@@ -40,6 +40,7 @@ from .maintenance import Maintenance
 from .maintenance.aging import age_priorities
 from .outcomes import Outcome, error_record, log_outcome
 from .registry import Registry
+from .rollup import Rollup
 from .scheduling import TokenBucket, weighted_allowance
 from .threads import DaemonThreadPool
 
@@ -166,7 +167,9 @@ class Runtime:
         )
         self.heartbeat.start()
         self.listener = Listener(self.database_url, self._notified)
+        self.rollup = Rollup(self.pool)
         self.services = [
+            asyncio.create_task(self.rollup.run(self.stopping), name="awa-rollup"),
             asyncio.create_task(self.completer.run(self.stopping), name="awa-completer"),
             asyncio.create_task(self.listener.run(self.stopping), name="awa-listener"),
         ]
@@ -367,6 +370,7 @@ class Runtime:
                 ctx.run_lease,
             )
             return
+        self.rollup.count(ctx.queue, outcome.label)
         log_outcome(log, ctx, outcome)
         self.hooks.fire(outcome.label, ctx)
 

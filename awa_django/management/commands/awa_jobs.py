@@ -2,13 +2,19 @@
 
 The CLI's job actions (``awa_bridge.cli_core``, as ``python -m awa_bridge
 jobs``) on the awa alias's connection; this command only parses its options.
+retry / cancel / run-now / delete take job ids, or a filter for the set operations of
+``awa_bridge.admin`` (``awa_jobs retry --state failed --kind K``); the operator (``--operator``,
+default ``manage.py:<user>``) is recorded on each job's timeline.
 """
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
-from awa_bridge import cli_core
+from django.core.management.base import CommandError
+
+from awa_bridge import admin, cli_core
 
 from ...db import awa_connection
 from ...models import STATE_CHOICES
@@ -37,8 +43,17 @@ class Command(AwaCommand):
             ("run-now", "make a scheduled or retryable job available now"),
             ("delete", "delete a job in any state but running"),
         ):
-            sub = actions.add_parser(name, help=text, description=text)
-            sub.add_argument("job_ids", type=int, nargs="+", metavar="ID")
+            sub = actions.add_parser(
+                name,
+                help=text,
+                description=f"{text}. Without ID: every job matching --state / --kind / --queue, in batches "
+                "(one statement each), with one summary line.",
+            )
+            sub.add_argument("job_ids", type=int, nargs="*", metavar="ID")
+            sub.add_argument("--state", choices=[value for value, _ in STATE_CHOICES])
+            sub.add_argument("--kind")
+            sub.add_argument("--queue")
+            sub.add_argument("--operator", help="who acts, on each job's timeline (default manage.py:<user>)")
         bulk = actions.add_parser("retry-failed", help="retry every failed job, optionally of one kind or queue")
         bulk.add_argument("--kind")
         bulk.add_argument("--queue")
@@ -52,6 +67,32 @@ class Command(AwaCommand):
             cli_core.show_job(target, options["job_id"], write)
         elif action == "retry-failed":
             cli_core.retry_failed(target, write, kind=options["kind"], queue=options["queue"])
+        elif not options["job_ids"]:
+            self._set(action, options)
         else:
+            if options["state"] or options["kind"] or options["queue"]:
+                raise CommandError("give job ids or a filter (--state, --kind, --queue), not both")
             for job_id in options["job_ids"]:
-                cli_core.job_action(target, action, job_id, write)
+                cli_core.job_action(target, action, job_id, write, operator=_operator(options))
+
+    def _set(self, action: str, options: dict[str, Any]) -> None:
+        if not (options["state"] or options["kind"] or options["queue"]):
+            raise CommandError(f"{action} needs job ids or a filter (--state, --kind, --queue)")
+        operation = {
+            "retry": admin.retry_jobs,
+            "cancel": admin.cancel_jobs,
+            "run-now": admin.run_jobs_now,
+            "delete": admin.delete_jobs,
+        }[action]
+        result = operation(
+            awa_connection(),
+            state=options["state"],
+            kind=options["kind"],
+            queue=options["queue"],
+            operator=_operator(options),
+        )
+        self.stdout.write(result.summary())
+
+
+def _operator(options: dict[str, Any]) -> str:
+    return str(options.get("operator") or f"manage.py:{getpass.getuser()}")

@@ -5,6 +5,6 @@ from awa_django.migrations._shared import apply_sql
 
 
 class Migration(migrations.Migration):
-    dependencies = [("awa_django", "0005_v005_runtime_registry")]
+    dependencies = [("awa_django", "0006_v006_operator_actions")]
 
     operations = [apply_sql("v007_celery_canvas.sql")]

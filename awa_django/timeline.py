@@ -1,0 +1,124 @@
+"""A job's life as one timeline, and tracebacks that open with the user's own code.
+
+Everything comes from the job's row (created, run at, attempted, finalized,
+the ``errors`` history the worker and the rescuers append to) and from
+``awa.job_actions`` (what operators did, and who): nothing is added to the
+worker's hot path to draw it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.utils.dateparse import parse_datetime
+
+from awa_bridge.drivers import detect_sync
+from awa_bridge.sql import QUERIES
+
+#: Error types written by the rescuers (not by the handler).
+RESCUES = {
+    "HeartbeatStale": "rescued: its worker stopped heartbeating",
+    "DeadlineExceeded": "rescued: it ran past its deadline",
+    "Superseded": "rescued: a newer attempt took over",
+    "CallbackTimeout": "the external callback timed out",
+}
+# Frames that belong to Python, installed packages or this package, not to the user's code.
+_LIBRARY = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d|/awa_bridge/|/awa_django/|<frozen )")
+_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line \d+, in .*$')
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the timeline."""
+
+    at: datetime | None
+    kind: str  # enqueued | scheduled | started | error | rescue | operator | finished
+    title: str
+    detail: str = ""
+    who: str | None = None
+    traceback: str = ""
+
+
+def operator_actions(alias: str, job_id: int) -> list[dict[str, Any]]:
+    """The job's rows of ``awa.job_actions`` (none on a database without it, one the real Awa migrated)."""
+    from awa_bridge.dashboard import has_relation
+
+    conn = connections[alias]
+    if not has_relation(conn, "awa.job_actions"):
+        return []
+    return detect_sync(conn).fetch_all(QUERIES["list_job_actions"], {"id": job_id})
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        return parse_datetime(value)
+    return None
+
+
+def job_timeline(job: Any, actions: list[dict[str, Any]]) -> list[Event]:
+    """The job's events, oldest first (operator actions carry who did them)."""
+    events = [Event(job.created_at, "enqueued", f"enqueued on queue {job.queue}")]
+    if job.run_at and job.run_at > job.created_at and job.state == "scheduled":
+        events.append(Event(job.run_at, "scheduled", "due to run"))
+    cancels = {a["at"] for a in actions if a["action"] == "cancel"}
+    for error in job.errors:
+        kind = str(error.get("type", "Error"))
+        at = _when(error.get("at"))
+        attempt = error.get("attempt", "?")
+        if kind == "AdminCancel" and cancels:
+            continue  # the operator action below says it, with who
+        if kind in RESCUES:
+            events.append(Event(at, "rescue", f"attempt {attempt} {RESCUES[kind]}", str(error.get("error", ""))))
+        else:
+            events.append(
+                Event(
+                    at,
+                    "error",
+                    f"attempt {attempt} failed: {kind}",
+                    str(error.get("error", "")),
+                    traceback=str(error.get("traceback") or ""),
+                )
+            )
+    for action in actions:
+        label = str(action["action"]).replace("_", " ")
+        events.append(
+            Event(
+                action["at"],
+                "operator",
+                f"{label} by an operator (it was {action['prior_state']})",
+                who=action["operator"],
+            )
+        )
+    if job.attempted_at is not None:
+        # Only the latest attempt's start is on the row (a retry resets the attempt count).
+        title = f"attempt {job.attempt} started, running" if job.state == "running" else "last attempt started"
+        events.append(Event(job.attempted_at, "started", title))
+    if job.finalized_at is not None:
+        events.append(Event(job.finalized_at, "finished", f"finished: {job.state}"))
+    return sorted(events, key=lambda e: (e.at is None, e.at or job.created_at))
+
+
+def user_frames(traceback_text: str) -> str:
+    """The frames of ``traceback_text`` in the user's own code, then the exception line.
+
+    Falls back to the last frame when every frame is in Python or a library.
+    """
+    lines = traceback_text.rstrip().splitlines()
+    if not lines:
+        return ""
+    frames: list[tuple[str, list[str]]] = []
+    for line in lines:
+        match = _FRAME.match(line)
+        if match:
+            frames.append((match["path"], [line]))
+        elif frames and line.startswith("    "):
+            frames[-1][1].append(line)
+    exception = next((line for line in reversed(lines) if line and not line.startswith(" ")), lines[-1])
+    mine = [f for f in frames if not _LIBRARY.search(f[0])] or frames[-1:]
+    return "\n".join([*(line for _, block in mine for line in block), exception])
