@@ -61,7 +61,7 @@ from .errors import (
     constraint_of,
     sqlstate_of,
 )
-from .foreign import AWA_PG_QUEUE_STORAGE
+from .foreign import ADMIN_WRITE_REFUSAL, AWA_PG_QUEUE_STORAGE
 from .sql import QUERIES
 from .types import Job, JobState
 from .unique import UniqueOpts, unique_key
@@ -159,6 +159,8 @@ def _translate(exc: Exception, op: _Op) -> Exception | None:
     if state == "0A000" and "queue_storage" in str(exc):
         # awa-pg's queue storage refuses writes through its awa.jobs view.
         return ForeignSchema(f"{AWA_PG_QUEUE_STORAGE}; nothing was changed")
+    if state == "42P01" and "job_actions" in str(exc):
+        return ForeignSchema(f"{ADMIN_WRITE_REFUSAL}; nothing was changed")
     return None
 
 

@@ -54,11 +54,11 @@ def check_database_url(url: str) -> None:
 
 def describe_failure(exc: BaseException) -> str | None:
     """One line for a failure a user can fix (no schema, no server, bad URL); ``None`` for a bug."""
+    if isinstance(exc, AwaError) and not isinstance(exc, SchemaNotMigrated):
+        return str(exc)  # already says what is wrong (ForeignSchema may wrap a missing table on purpose)
     schema = exc if isinstance(exc, SchemaNotMigrated) else missing_schema(exc)
     if schema is not None:
         return str(schema)
-    if isinstance(exc, AwaError):
-        return str(exc)
     if type(exc).__module__.split(".")[0] == "psycopg":
         import psycopg
 

@@ -30,6 +30,12 @@ AWA_PG_QUEUE_STORAGE = (
     "this database runs awa-pg's queue storage, which takes job changes only through awa-pg's own "
     "admin and runtime APIs: awa_bridge's admin operations are not supported on it"
 )
+ADMIN_WRITE_REFUSAL = (
+    "awa.job_actions does not exist: either this database was migrated by the real Awa (awa-pg), where "
+    "awa_bridge's admin operations that change a job are not supported (queue storage or not; they record "
+    "each change in awa_bridge's own awa.job_actions): use awa-pg's own admin; or it lacks awa_bridge's "
+    "migration v006: run `python -m awa_bridge migrate`"
+)
 ADMIN_REFUSAL = (
     "this database was migrated by the real Awa (awa-pg); the awa_django admin supports only "
     "awa_bridge's schema: use awa-pg's own tools for this database"
