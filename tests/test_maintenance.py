@@ -95,6 +95,20 @@ async def test_leader_prunes_registry_rows_of_dead_workers(make_client: MakeClie
     await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.runtime_instances WHERE hostname = 'gone'") == 0)
 
 
+async def test_leader_prunes_outcome_counters_past_the_chart_window(make_client: MakeClient, db_url: str) -> None:
+    """awa.queue_rollups keeps two days (the longest chart window and a margin), pruned by the leader."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.queue_rollups (queue, minute, completed) VALUES "
+            "('charts', date_trunc('minute', now()) - interval '3 days', 5), "
+            "('charts', date_trunc('minute', now()) - interval '1 day', 7)"
+        )
+    client = make_client(cleanup_interval=0.1)
+    await client.start(["charts"])
+    await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.queue_rollups WHERE completed = 5") == 0)
+    assert scalar(db_url, "SELECT count(*) FROM awa.queue_rollups WHERE completed = 7") == 1
+
+
 def _registry(url: str, instance: object) -> dict[str, Any] | None:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute("SELECT * FROM awa.runtime_instances WHERE instance_id = %s", (instance,))

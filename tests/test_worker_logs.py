@@ -36,3 +36,21 @@ def test_retry_warns_and_failure_errors_with_the_traceback(app_db: str, probe: P
     failure = out[out.index("failed for good") :]
     assert re.search(rf"ERROR .*job {job_id} \(flaky_upstream on {queue}, attempt 2/2\) failed for good", out), out
     assert "Traceback (most recent call last)" in failure and 'raise GatewayTimeout("upstream answered 504")' in failure
+
+
+def test_a_rescue_warns_with_its_reason(app_db: str, probe: Probe, workers: Workers) -> None:
+    """The worker that rescues a dead worker's attempt says which job, why, and where it went."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a").wait_started()
+    with psycopg.connect(app_db) as conn:
+        job_id = awa_bridge.insert_job(conn, {}, kind="hang", queue=queue).id
+    wait_for(lambda: probe.states(queue) == {"running": 1}, timeout=10, what="the hang job to run on a")
+    b = workers.start(queue, name="b").wait_started()
+    a.kill()
+    b.wait_log(f"rescued job {job_id}", timeout=20)
+    line = next(x for x in b.output.splitlines() if f"rescued job {job_id}" in x)
+    assert re.search(
+        rf"WARNING .*rescued job {job_id} \(hang on {queue}, attempt 1\): heartbeat stale: "
+        r"no heartbeat for [\d.]+ s \(attempt 1\); worker presumed dead; now retryable",
+        line,
+    ), line

@@ -369,7 +369,8 @@ SET state = CASE WHEN stale.holder IS NOT NULL THEN 'cancelled'
     deadline_at = NULL
 FROM stale
 WHERE j.id = stale.id AND j.run_lease = stale.run_lease AND j.state = 'running'
-RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt
+RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
+          j.errors[cardinality(j.errors)] ->> 'error' AS reason
 
 -- name: rescue_expired_deadlines
 WITH expired AS (
@@ -397,7 +398,8 @@ SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
     deadline_at = NULL
 FROM expired
 WHERE j.id = expired.id AND j.run_lease = expired.run_lease AND j.state = 'running'
-RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt
+RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
+          j.errors[cardinality(j.errors)] ->> 'error' AS reason
 
 -- name: delete_finished
 -- Retention: delete a bounded batch of finished jobs older than their state's window.
@@ -1301,7 +1303,8 @@ SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
     callback_timeout_at = NULL
 FROM expired
 WHERE j.id = expired.id AND j.state = 'waiting_external'
-RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt
+RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
+          j.errors[cardinality(j.errors)] ->> 'error' AS reason
 
 -- ---------------------------------------------------------------------------
 -- Priority aging: a job available for longer than the queue's aging interval

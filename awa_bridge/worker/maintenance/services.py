@@ -17,6 +17,7 @@ from typing import Any
 
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH, MAINTENANCE_BUDGET_SECONDS, WorkerConfig
+from ..rollup import prune_rollups
 from .cleanup import delete_finished
 from .cron import fire_due_schedules
 from .promote import promote_due
@@ -79,12 +80,14 @@ class _Rescue(Service):
         rows = await self.rescue(conn)
         for row in rows:
             log.warning(
-                "rescued job %s (%s on %s, attempt %s) -> %s",
+                "rescued job %s (%s on %s, attempt %s): %s; now %s",
                 row["id"],
                 row["kind"],
                 row["queue"],
                 row["attempt"],
+                row["reason"],
                 row["state"],
+                extra={"awa_job_id": row["id"], "awa_kind": row["kind"], "awa_queue": row["queue"]},
             )
         if rows:
             self.on_rescued(rows)
@@ -153,6 +156,15 @@ class PruneInstances(Service):
         return len(await conn.fetch(query.numeric, *query.positional(params)))
 
 
+class PruneRollups(Service):
+    """Outcome counters (``awa.queue_rollups``) older than the longest chart window."""
+
+    name = "prune_rollups"
+
+    async def run_batch(self, conn: Any) -> int:
+        return await prune_rollups(conn)
+
+
 class Cron(Service):
     """Due periodic jobs; one pass per tick (``fire_due_schedules`` bounds its own catch-up)."""
 
@@ -174,4 +186,5 @@ def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
         RescueStaleHeartbeats(cfg.rescue_interval, on_rescued, cfg.heartbeat_staleness),
         PruneInstances(cfg.rescue_interval, cfg.heartbeat_staleness),
         Cleanup(cfg.cleanup_interval, cfg.completed_retention, cfg.failed_retention),
+        PruneRollups(cfg.cleanup_interval),
     ]
