@@ -24,6 +24,7 @@ from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate, require_schema
 from ..types import InsertManyResult, Job
+from .aio import keep_session
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
@@ -216,9 +217,7 @@ class Client:
             # else's), so asyncpg's default reset on every release (a round
             # trip of RESET ALL / UNLISTEN * / ...) would only double the cost
             # of a single insert. A transaction left open is still rolled back.
-            self._insert_pool = await asyncpg.create_pool(
-                self.database_url, min_size=1, max_size=4, reset=_keep_session
-            )
+            self._insert_pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=4, reset=keep_session)
         return self._insert_pool
 
     async def insert(self, args: Any, **opts: Any) -> Job:
@@ -238,7 +237,3 @@ class Client:
 
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             return enqueue.insert_job_sync(conn, args, **opts)
-
-
-async def _keep_session(conn: Any) -> None:
-    """The insert pool's reset: nothing to undo (see ``Client._pool``)."""

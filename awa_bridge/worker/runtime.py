@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..sql import QUERIES
-from .aio import sleep_unless
+from .aio import keep_session, sleep_unless
 from .completer import Completer
 from .config import QueueConfig, WorkerConfig
 from .context import JobContext
@@ -146,8 +146,17 @@ class Runtime:
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         size = max(4, len(self.queues) + 3)
+        # reset=keep_session: this pool runs only the runtime's own statements
+        # (claims, completions, progress, callbacks, counters): none leaves session
+        # state behind, so asyncpg's reset round trip on every release (RESET ALL,
+        # UNLISTEN *, ...) would only cost a round trip per claim and per
+        # completion batch. An open transaction is still rolled back on release.
         self.pool = await asyncpg.create_pool(
-            self.database_url, min_size=2, max_size=size, server_settings={"application_name": "awa-worker"}
+            self.database_url,
+            min_size=2,
+            max_size=size,
+            server_settings={"application_name": "awa-worker"},
+            reset=keep_session,
         )
         sync_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(sync_slots, 256))
