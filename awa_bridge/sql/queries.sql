@@ -911,18 +911,24 @@ ORDER BY hostname, pid, started_at
 -- a batch of thousands.
 -- ---------------------------------------------------------------------------
 
+-- fragment: bulk_batch
+-- One batch of a set operation, locked: the ids given, or the next rows after
+-- the keyset bound `after` among the states the action visits, filtered by
+-- kind and queue.
+SELECT id, state, unique_key, unique_states FROM awa.jobs
+WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
+   OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
+       AND state = ANY(CAST(%(states)s AS awa.job_state[]))
+       AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
+       AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE
+
 -- name: bulk_retry_jobs
 -- As retry_job, over a batch.
 WITH picked AS (
-    SELECT id, state, unique_key, unique_states FROM awa.jobs
-    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
-       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
-           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
-           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
-           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE
+    /* include: bulk_batch */
 ), allowed AS (
     SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
 ), ranked AS (
@@ -971,15 +977,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
 -- name: bulk_cancel_jobs
 -- As cancel_job, over a batch (running jobs find out at their next heartbeat).
 WITH picked AS (
-    SELECT id, state, unique_key, unique_states FROM awa.jobs
-    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
-       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
-           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
-           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
-           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE
+    /* include: bulk_batch */
 ), allowed AS (
     SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
 ), changed AS (
@@ -1016,15 +1014,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
 -- name: bulk_run_jobs_now
 -- As run_job_now, over a batch.
 WITH picked AS (
-    SELECT id, state, unique_key, unique_states FROM awa.jobs
-    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
-       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
-           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
-           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
-           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE
+    /* include: bulk_batch */
 ), allowed AS (
     SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
 ), ranked AS (
@@ -1070,15 +1060,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
 -- name: bulk_delete_jobs
 -- As delete_job, over a batch (running jobs are skipped: cancel them first).
 WITH picked AS (
-    SELECT id, state, unique_key, unique_states FROM awa.jobs
-    WHERE (CAST(%(ids)s AS bigint[]) IS NOT NULL AND id = ANY(CAST(%(ids)s AS bigint[])))
-       OR (CAST(%(ids)s AS bigint[]) IS NULL AND id > CAST(%(after)s AS bigint)
-           AND state = ANY(CAST(%(states)s AS awa.job_state[]))
-           AND (CAST(%(kind)s AS text) IS NULL OR kind = CAST(%(kind)s AS text))
-           AND (CAST(%(queue)s AS text) IS NULL OR queue = CAST(%(queue)s AS text)))
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE
+    /* include: bulk_batch */
 ), allowed AS (
     SELECT * FROM picked WHERE state = ANY(CAST(%(allowed)s AS awa.job_state[]))
 ), changed AS (
