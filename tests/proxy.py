@@ -17,6 +17,7 @@ import threading
 
 class CuttingProxy:
     def __init__(self, host: str, port: int) -> None:
+        """``host`` may be a socket directory (the embedded server listens on a Unix socket only)."""
         self.target = (host, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -36,7 +37,7 @@ class CuttingProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
+            server = _connect(*self.target)
             seen = threading.Event()  # the client sent the marker on this connection
             threading.Thread(target=self._up, args=(client, server, seen), daemon=True).start()
             threading.Thread(target=self._down, args=(server, client, seen), daemon=True).start()
@@ -90,3 +91,12 @@ def _close(*socks: socket.socket) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
         sock.close()
+
+
+def _connect(host: str, port: int) -> socket.socket:
+    """A TCP connection, or a Unix-socket one when ``host`` is a directory (PostgreSQL's socket naming)."""
+    if host.startswith("/"):
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.connect(f"{host}/.s.PGSQL.{port}")
+        return unix
+    return socket.create_connection((host, port))

@@ -508,12 +508,13 @@ for method, path in [
 
 def test_django_admin_says_awa_pg_storage_is_not_supported(awa_db: AwaDatabase) -> None:
     from pathlib import Path
-    from urllib.parse import urlsplit
 
-    parts = urlsplit(awa_db.url)
+    from .dbutil import django_database
+
+    entry = django_database(awa_db.url)  # the host may be a socket directory (the embedded server)
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-c", _ADMIN_ON_AWA_PG, parts.path.lstrip("/"), parts.hostname or "", str(parts.port or 5432)],
+        [sys.executable, "-c", _ADMIN_ON_AWA_PG, str(entry["NAME"]), str(entry["HOST"]), str(entry["PORT"] or 5432)],
         capture_output=True,
         text=True,
         timeout=60,

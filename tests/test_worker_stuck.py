@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -300,9 +300,12 @@ def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(
     and the job ran and took effect once.
     """
     parts = urlsplit(app_db)
-    proxy = CuttingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    socket_dir = parse_qs(parts.query).get("host", [""])[0]  # the embedded server: a Unix socket only
+    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
     try:
-        via_proxy = urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
+        via_proxy = urlunsplit(
+            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
+        )
         queue = unique_queue()
         worker = workers.start(queue, name="w", env={"AWA_PRINT_HOOKS": "1"}, url=via_proxy).wait_started()
         proxy.arm(client_marker, server_marker)
