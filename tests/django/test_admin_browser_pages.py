@@ -1,8 +1,11 @@
 """Every operations page in a real headless Chromium, as a superuser and as a view-only staff
-user; the screenshots in docs/screenshots/ (shown in docs/howto/django.md) are taken here."""
+user; the screenshots in docs/screenshots/ (shown in docs/howto/django.md) are taken here
+(`AWA_UPDATE_SCREENSHOTS=1 python -m pytest tests/django/test_admin_browser_pages.py` rewrites them)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,13 @@ from .test_admin_operations import _jobs
 
 pytestmark = [pytest.mark.django, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# The docs' copies are rewritten only when asked (AWA_UPDATE_SCREENSHOTS=1), so an ordinary test run
+# leaves the working tree clean; otherwise the same screenshots go to a scratch directory.
+SCREENSHOTS = (
+    Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+    if os.environ.get("AWA_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "awa-admin-screenshots"
+)
 
 
 def _shot(tab: Any, name: str) -> None:
