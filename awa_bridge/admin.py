@@ -47,7 +47,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from .args import canonical_json, coerce_args
 from .drivers import detect_async, detect_sync
@@ -136,19 +136,19 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
-class _Op:
+class _Op(Generic[T]):
     """One operation: its statement, parameters and how to read the result."""
 
     query: str
     params: dict[str, Any]
-    finish: Callable[[list[dict[str, Any]]], Any]
+    finish: Callable[[list[dict[str, Any]]], T]
     unique_key: bytes | None = None
 
 
 # -- running one statement ------------------------------------------------------
 
 
-def _translate(exc: Exception, op: _Op) -> Exception | None:
+def _translate(exc: Exception, op: _Op[Any]) -> Exception | None:
     state = sqlstate_of(exc)
     if state == "23505":
         return UniqueConflict(
@@ -164,7 +164,7 @@ def _translate(exc: Exception, op: _Op) -> Exception | None:
     return None
 
 
-def _run(conn_or_url: Any, op: _Op) -> Any:
+def _run(conn_or_url: Any, op: _Op[T]) -> T:
     query = QUERIES[op.query]
     try:
         if isinstance(conn_or_url, str):
@@ -184,7 +184,7 @@ def _run(conn_or_url: Any, op: _Op) -> Any:
     return op.finish(rows)
 
 
-async def _run_async(conn_or_url: Any, op: _Op) -> Any:
+async def _run_async(conn_or_url: Any, op: _Op[T]) -> T:
     query = QUERIES[op.query]
     try:
         if isinstance(conn_or_url, str):
@@ -230,7 +230,7 @@ def _job_from(row: dict[str, Any]) -> Job:
     return row_to_job({k: v for k, v in row.items() if k not in ("prior_state", "notified", "target_id")})
 
 
-def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...], operator: str | None) -> _Op:
+def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...], operator: str | None) -> _Op[Job]:
     job_id = _check_job_id(job_id)
     _check_name("operator", operator, optional=True)
 
@@ -298,7 +298,7 @@ async def delete_job_async(conn_or_url: Any, job_id: int, *, operator: str | Non
 # -- by unique key ----------------------------------------------------------------------
 
 
-def _cancel_by_unique_key(kind: str | None, queue: str | None, args: Any, by_period: int | None) -> _Op:
+def _cancel_by_unique_key(kind: str | None, queue: str | None, args: Any, by_period: int | None) -> _Op[Job]:
     json_args = ""
     if args is not None:
         try:
@@ -373,11 +373,19 @@ async def cancel_by_unique_key_async(
 # -- bulk and queues ---------------------------------------------------------------------
 
 
-def _retry_failed(kind: str | None, queue: str | None, with_skipped: bool = False) -> _Op:
+@overload
+def _retry_failed(kind: str | None, queue: str | None, with_skipped: Literal[False] = False) -> _Op[int]: ...
+
+
+@overload
+def _retry_failed(kind: str | None, queue: str | None, with_skipped: Literal[True]) -> _Op[tuple[int, int]]: ...
+
+
+def _retry_failed(kind: str | None, queue: str | None, with_skipped: bool = False) -> _Op[Any]:
     _check_name("kind", kind, optional=True)
     _check_name("queue", queue, optional=True)
 
-    def finish(rows: list[dict[str, Any]]) -> Any:
+    def finish(rows: list[dict[str, Any]]) -> int | tuple[int, int]:
         retried, skipped = int(rows[0]["retried"]), int(rows[0]["skipped"])
         return (retried, skipped) if with_skipped else retried
 
@@ -713,7 +721,7 @@ async def bulk_async(
     return await _run_bulk_async(conn_or_url, loop)
 
 
-def _queue_stats(queue: str | None) -> _Op:
+def _queue_stats(queue: str | None) -> _Op[list[QueueStats]]:
     _check_name("queue", queue, optional=True)
 
     def finish(rows: list[dict[str, Any]]) -> list[QueueStats]:
@@ -750,7 +758,7 @@ async def queue_stats_async(conn_or_url: Any, queue: str | None = None) -> list[
     return await _run_async(conn_or_url, _queue_stats(queue))
 
 
-def _queue_op(query: str, params: dict[str, Any]) -> _Op:
+def _queue_op(query: str, params: dict[str, Any]) -> _Op[None]:
     _check_queue(params["queue"])
     return _Op(query, params, lambda rows: None)
 

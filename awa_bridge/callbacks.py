@@ -72,7 +72,7 @@ def _check_id(callback_id: Any) -> str:
         raise ValidationError("callback_id", f"must be a UUID, got {callback_id!r}") from None
 
 
-def _resolution(query: str, callback_id: Any, params: dict[str, Any]) -> _Op:
+def _resolution(query: str, callback_id: Any, params: dict[str, Any]) -> _Op[dict[str, Any]]:
     cid = _check_id(callback_id)
 
     def finish(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,18 +86,18 @@ def _resolution(query: str, callback_id: Any, params: dict[str, Any]) -> _Op:
     return _Op(query, {"callback_id": cid, **params}, finish)
 
 
-def _complete_op(callback_id: Any, payload: Any) -> _Op:
+def _complete_op(callback_id: Any, payload: Any) -> _Op[dict[str, Any]]:
     return _resolution("complete_external", callback_id, {"payload": canonical_json(payload, "payload")})
 
 
-def _fail_op(callback_id: Any, error: Any) -> _Op:
+def _fail_op(callback_id: Any, error: Any) -> _Op[dict[str, Any]]:
     if not isinstance(error, str) or not error:
         raise ValidationError("error", f"must be a non-empty message, got {error!r}")
     check_text("error", error)
     return _resolution("fail_external", callback_id, {"error": error})
 
 
-def _retry_op(callback_id: Any) -> _Op:
+def _retry_op(callback_id: Any) -> _Op[dict[str, Any]]:
     return _resolution("retry_external", callback_id, {})
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from . import admin, cron
 from .cli_support import UsageError, format_errors, print_table
@@ -32,7 +32,13 @@ _AFTER = {
     "cancel": "cancelled",
     "run-now": "available now",
 }
-_OPERATIONS: dict[str, Callable[[Any, int], Job]] = {
+
+
+class _JobOperation(Protocol):
+    def __call__(self, conn_or_url: Any, job_id: int, *, operator: str | None = None) -> Job: ...
+
+
+_OPERATIONS: dict[str, _JobOperation] = {
     "retry": admin.retry_job,
     "cancel": admin.cancel_job,
     "run-now": admin.run_now,

@@ -78,7 +78,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if hasattr(value, "isoformat"):
-        return value.isoformat(timespec="seconds")
+        stamp: str = value.isoformat(timespec="seconds")
+        return stamp
     return str(value)
 
 
@@ -144,7 +145,7 @@ def _delete(ns: argparse.Namespace) -> int:
 
 def add_parser(commands: Any) -> None:
     """Add the ``cron`` command to the CLI's subparsers."""
-    parser = commands.add_parser(
+    parser: argparse.ArgumentParser = commands.add_parser(
         "cron",
         help="list, pause, resume or trigger periodic jobs; create, edit or delete database-only ones",
         description="Operate the schedules in awa.cron_jobs. An unknown name is an error and changes nothing. "

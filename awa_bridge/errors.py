@@ -216,11 +216,13 @@ def constraint_of(exc: BaseException) -> str | None:
     current: Any = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        name = getattr(current, "constraint_name", None)  # asyncpg
+        name: str | None = getattr(current, "constraint_name", None)  # asyncpg
         if name:
             return name
         diag = getattr(current, "diag", None)  # psycopg
-        if diag is not None and getattr(diag, "constraint_name", None):
-            return diag.constraint_name
+        if diag is not None:
+            diag_name: str | None = getattr(diag, "constraint_name", None)
+            if diag_name:
+                return diag_name
         current = getattr(current, "orig", None) or current.__cause__
     return None

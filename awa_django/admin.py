@@ -20,14 +20,14 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections, transaction
-from django.db.models import TextField
+from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast, Left
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -54,8 +54,18 @@ _LIST_COLUMNS = ("id", "kind", "queue", "state", "priority", "attempt", "max_att
 
 FILTER_CHOICES_LIMIT = 500
 
+if TYPE_CHECKING:
+    from django.contrib.admin.models import LogEntry
 
-class EstimatedCountPaginator(Paginator):
+    # django-stubs makes these generic; at run time they are not subscriptable.
+    _PaginatorBase = Paginator[Any]
+    _ModelAdminBase = admin.ModelAdmin[Any]
+else:
+    _PaginatorBase = Paginator
+    _ModelAdminBase = admin.ModelAdmin
+
+
+class EstimatedCountPaginator(_PaginatorBase):
     """Counts exactly only when PostgreSQL estimates fewer than ``exact_below`` rows.
 
     Above that the planner's estimate (``EXPLAIN``: table statistics, or the
@@ -66,11 +76,11 @@ class EstimatedCountPaginator(Paginator):
     exact_below = 10_000
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
-        queryset = self.object_list
+    def count(self) -> int:
+        queryset = cast("QuerySet[Any]", self.object_list)  # the admin paginates querysets
         estimate = _planner_estimate(queryset)
         self.estimated = estimate is not None and estimate >= self.exact_below
-        if self.estimated:
+        if estimate is not None and self.estimated:
             return int(estimate)
         return queryset.count()
 
@@ -108,6 +118,7 @@ def matching_kinds(term: str, alias: str) -> list[str]:
 
 class _NameFilter(admin.SimpleListFilter):
     query = ""
+    parameter_name: str  # every subclass names one
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         alias = model_admin.model.objects.db
@@ -189,7 +200,7 @@ def _pretty_json(value: Any) -> str:
 
 def _run_each(
     request: HttpRequest,
-    model_admin: admin.ModelAdmin,
+    model_admin: admin.ModelAdmin[Any],
     ids: Iterable[Any],
     operation: Callable[[Any, Any], Any],
     done: str,
@@ -210,7 +221,7 @@ def _run_each(
         model_admin.message_user(request, reason, messages.ERROR)
 
 
-class ReadOnlyModelAdmin(admin.ModelAdmin):
+class ReadOnlyModelAdmin(_ModelAdminBase):
     """Rows change only through awa_bridge operations (the admin actions), never a change form.
 
     ``deletable`` lets a page keep Django's delete permission (jobs); the others refuse it.
@@ -548,8 +559,8 @@ class JobAdmin(ReadOnlyModelAdmin):
             return False  # cancel it first: no Delete button on a running job
         return super().has_delete_permission(request, obj)
 
-    def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
-        return None  # logged once per action by admin_actions.log_action
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> list[LogEntry]:
+        return []  # logged once per action by admin_actions.log_action
 
     def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> None:
         return None

@@ -18,7 +18,7 @@ by the set operation itself, on each changed job's timeline
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
@@ -109,7 +109,7 @@ def log_action(
 ) -> None:
     """One ``LogEntry`` for one operator action (one job or queue, a selection or a filter)."""
     LogEntry.objects.create(
-        user_id=request.user.pk,
+        user_id=cast(int, request.user.pk),  # admin views run for a logged-in user
         content_type_id=ContentType.objects.get_for_model(model, for_concrete_model=False).pk,
         object_id=None if single_id is None else str(single_id),
         object_repr=scope[:200],

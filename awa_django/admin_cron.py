@@ -10,7 +10,7 @@ Next fire times are shown in the schedule's own timezone and in the viewer's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
@@ -45,7 +45,7 @@ def _has_perm(request: HttpRequest, perm: str) -> bool:
 
 def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
     LogEntry.objects.create(
-        user_id=request.user.pk,
+        user_id=cast(int, request.user.pk),  # admin views run for a logged-in user
         content_type_id=ContentType.objects.get_for_model(CronJob, for_concrete_model=False).pk,
         object_id=name,
         object_repr=name[:200],

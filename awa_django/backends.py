@@ -56,7 +56,8 @@ from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 
 try:  # Django >= 6.0
-    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import Task as Task  # re-exported: awa_django.worker recognises its tasks
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -69,7 +70,8 @@ except ImportError:  # Django 5.2 + the django-tasks backport
         # The backport has the same API under another name; type-checked against django.tasks.
         from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[assignment]
         from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
-        from django_tasks.base import Task, TaskError  # type: ignore[assignment]
+        from django_tasks.base import Task as Task  # type: ignore[assignment]
+        from django_tasks.base import TaskError  # type: ignore[assignment]
         from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[assignment]
         from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment]
         from django_tasks.signals import task_enqueued, task_finished, task_started

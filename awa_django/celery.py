@@ -49,8 +49,9 @@ class Celery(Awa):
 
     @property
     def database_url(self) -> str:
-        if self.conf.database_url:
-            return self.conf.database_url
+        configured: str | None = self.conf.database_url
+        if configured:
+            return configured
         from .db import database_url
 
         return database_url()

@@ -12,7 +12,7 @@ worker's ``run_lease`` fencing relies on.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
@@ -20,12 +20,18 @@ from awa_bridge import JobState
 
 from .errors import ReadOnlyModel
 
+if TYPE_CHECKING:
+    # django-stubs makes Field generic (set type, get type); at run time it is not subscriptable.
+    _FieldBase = models.Field[Any, Any]
+else:
+    _FieldBase = models.Field
+
 STATE_CHOICES = [(state.value, state.value.replace("_", " ")) for state in JobState]
 #: States a job is finished in (the rest are live).
 FINISHED_STATES = ("completed", "failed", "cancelled")
 
 
-class TextArrayField(models.Field):
+class TextArrayField(_FieldBase):
     """A ``text[]`` column read as a list of str (no ``django.contrib.postgres`` needed)."""
 
     description = "PostgreSQL text[]"
@@ -37,7 +43,7 @@ class TextArrayField(models.Field):
         return [] if value is None else list(value)
 
 
-class JSONArrayField(models.Field):
+class JSONArrayField(_FieldBase):
     """A ``jsonb[]`` column (``awa.jobs.errors``) read as a list of decoded JSON values."""
 
     description = "PostgreSQL jsonb[]"
@@ -51,7 +57,7 @@ class JSONArrayField(models.Field):
         return [json.loads(item) if isinstance(item, (str, bytes)) else item for item in value]
 
 
-class ReadOnlyQuerySet(models.QuerySet):
+class ReadOnlyQuerySet(models.QuerySet[Any]):
     def update(self, **kwargs: Any) -> int:
         raise ReadOnlyModel(f"{self.model.__name__} rows are changed through awa_bridge operations, not update()")
 

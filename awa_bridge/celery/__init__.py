@@ -18,7 +18,7 @@ are Celery's. Guide and option tables: docs/howto/celery.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 from . import signals, states
 from .app import Awa, Celery, current_app
@@ -43,7 +43,15 @@ from .task import SHARED_TASKS, Context, Task, build_task
 from .transaction import register_transaction_provider, unregister_transaction_provider
 
 
-def shared_task(*args: Any, **options: Any) -> Any:
+@overload
+def shared_task(fun: Callable[..., Any], /) -> Task: ...
+
+
+@overload
+def shared_task(**options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+
+
+def shared_task(*args: Any, **options: Any) -> Task | Callable[[Callable[..., Any]], Task]:
     """``@shared_task`` / ``@shared_task(**options)``: a task every app knows (it runs with the current app)."""
 
     def decorate(fun: Callable[..., Any]) -> Task:

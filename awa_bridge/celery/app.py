@@ -26,7 +26,7 @@ import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import ValidationError
 from .errors import ImproperlyConfigured, NotRegistered, UnsupportedOption
@@ -186,7 +186,13 @@ class Awa:
 
     # -- tasks ----------------------------------------------------------------------
 
-    def task(self, *args: Any, **options: Any) -> Any:
+    @overload
+    def task(self, fun: Callable[..., Any], /) -> TaskBase: ...
+
+    @overload
+    def task(self, **options: Any) -> Callable[[Callable[..., Any]], TaskBase]: ...
+
+    def task(self, *args: Any, **options: Any) -> TaskBase | Callable[[Callable[..., Any]], TaskBase]:
         """``@app.task`` or ``@app.task(**options)``: register a function as a task (see options.py)."""
 
         def decorate(fun: Callable[..., Any]) -> TaskBase:

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import enqueue
 from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
@@ -29,6 +29,9 @@ from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
 from .runtime import Runtime
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -62,7 +65,7 @@ class Client:
         #: Prune at start even with no schedule declared (the Django worker: settings are the truth).
         self.prune_when_empty = False
         self.runtime: Runtime | None = None
-        self._insert_pool: Any = None
+        self._insert_pool: asyncpg.Pool[Any] | None = None
 
     # -- registration ------------------------------------------------------
 
@@ -208,7 +211,7 @@ class Client:
         """Apply the schema migrations (see ``awa_bridge.migrate``)."""
         return migrate(self.database_url)
 
-    async def _pool(self) -> Any:
+    async def _pool(self) -> asyncpg.Pool[Any]:
         import asyncpg
 
         if self._insert_pool is None:

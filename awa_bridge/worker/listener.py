@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from .aio import sleep_unless
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -17,7 +21,7 @@ class Listener:
     def __init__(self, database_url: str, on_queue: Callable[[str], None]) -> None:
         self.database_url = database_url
         self.on_queue = on_queue
-        self.connection = None
+        self.connection: asyncpg.Connection[Any] | None = None
         self.connected = asyncio.Event()
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -53,8 +57,9 @@ class Listener:
                 log.warning("LISTEN connection lost; polling until it is back")
                 await sleep_unless(stopping, 0.5)
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self.on_queue(payload)
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        # asyncpg's listener protocol types the payload as object; NOTIFY payloads are text.
+        self.on_queue(cast(str, payload))
 
 
 async def _close(conn: object) -> None:

@@ -47,8 +47,10 @@ class TokenBucket:
 class QueueLoad(Protocol):
     """What the allowance needs to know about each queue."""
 
-    occupied: int  # slots running or being claimed right now
     backlog: bool
+
+    @property
+    def occupied(self) -> int: ...  # slots running or being claimed right now
 
     @property
     def name(self) -> str: ...

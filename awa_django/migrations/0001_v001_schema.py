@@ -8,7 +8,7 @@ from awa_django.migrations._shared import apply_sql
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
 
     operations = [
         apply_sql("v001_schema.sql", first=True),

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from awa_bridge.celery import chord, group, shared_task
+from typing import Any
+
+from awa_bridge.celery import AsyncResult, EagerResult, Task, chord, group, shared_task
 
 from .celery_app import app
 from .services import CardDeclined, GatewayTimeout, gateway, outbox, rates_api
@@ -18,7 +20,7 @@ def add(x: int, y: int) -> int:
 
 
 @app.task(bind=True, max_retries=3, default_retry_delay=30)
-def charge_order(self, order_id: int, amount_cents: int) -> dict:
+def charge_order(self: Task, order_id: int, amount_cents: int) -> dict[str, Any]:
     """Charge a card; a gateway timeout is retried (at most 3 times), a decline is not."""
     try:
         charge_id = gateway.charge(order_id, amount_cents)
@@ -45,28 +47,32 @@ def sales_report(period: str = "day") -> str:
 
 
 @shared_task(soft_time_limit=5, time_limit=10)
-def reserve_stock(order_id: int, sku: str, quantity: int) -> dict:
+def reserve_stock(order_id: int, sku: str, quantity: int) -> dict[str, Any]:
     """Reserve one order line; ``SoftTimeLimitExceeded`` would be raised in here after 5 s."""
     return {"sku": sku, "reserved": quantity}
 
 
 @shared_task
-def ship_order(reservations: list, order_id: int) -> str:
+def ship_order(reservations: list[dict[str, Any]], order_id: int) -> str:
     """The chord's callback: runs once, after every line is reserved, with their results in order."""
     skus = ", ".join(f"{r['reserved']} x {r['sku']}" for r in reservations)
     outbox.append((f"order-{order_id}@example.com", f"Shipped: {skus}"))
     return f"order {order_id} shipped ({len(reservations)} lines)"
 
 
-def fulfil_order(order_id: int, lines: list[tuple[str, int]]):
+def fulfil_order(order_id: int, lines: list[tuple[str, int]]) -> AsyncResult | EagerResult:
     """Reserve every line in parallel, then ship: a chord."""
-    return chord(reserve_stock.s(order_id, sku, quantity) for sku, quantity in lines)(ship_order.s(order_id))
+    reserve_all = chord(reserve_stock.s(order_id, sku, quantity) for sku, quantity in lines)
+    result: AsyncResult | EagerResult = reserve_all(ship_order.s(order_id))
+    return result
 
 
-def checkout(order_id: int, amount_cents: int, lines: list[tuple[str, int]]):
+def checkout(order_id: int, amount_cents: int, lines: list[tuple[str, int]]) -> AsyncResult | EagerResult:
     """Charge, then reserve the lines in parallel, then ship: a chain whose group becomes a chord."""
     reserve = group(reserve_stock.si(order_id, sku, quantity) for sku, quantity in lines)
-    return (charge_order.si(order_id, amount_cents) | reserve | ship_order.s(order_id)).delay()
+    workflow = charge_order.si(order_id, amount_cents) | reserve | ship_order.s(order_id)
+    result: AsyncResult | EagerResult = workflow.delay()
+    return result
 
 
 __all__ = [
