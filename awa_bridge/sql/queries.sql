@@ -925,6 +925,17 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE
 
+-- fragment: bulk_skipped
+-- Why the picked rows a batch left alone were skipped, counted by reason
+-- ({"completed": 19, "unique key held": 1}), as text.
+(SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
+ FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
+                   THEN 'unique key held' ELSE p.state::text END AS reason,
+              count(*) AS n
+       FROM picked AS p
+       WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
+       GROUP BY 1) AS s)
+
 -- name: bulk_retry_jobs
 -- As retry_job, over a batch.
 WITH picked AS (
@@ -966,13 +977,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
        (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM logged) AS logged,
        (SELECT count(*) FROM notified) AS notified,
-       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
-        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-                          THEN 'unique key held' ELSE p.state::text END AS reason,
-                     count(*) AS n
-              FROM picked AS p
-              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
-              GROUP BY 1) AS s) AS skipped
+       /* include: bulk_skipped */ AS skipped
 
 -- name: bulk_cancel_jobs
 -- As cancel_job, over a batch (running jobs find out at their next heartbeat).
@@ -1003,13 +1008,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
        (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM logged) AS logged,
        0 AS notified,
-       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
-        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-                          THEN 'unique key held' ELSE p.state::text END AS reason,
-                     count(*) AS n
-              FROM picked AS p
-              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
-              GROUP BY 1) AS s) AS skipped
+       /* include: bulk_skipped */ AS skipped
 
 -- name: bulk_run_jobs_now
 -- As run_job_now, over a batch.
@@ -1049,13 +1048,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
        (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM logged) AS logged,
        (SELECT count(*) FROM notified) AS notified,
-       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
-        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-                          THEN 'unique key held' ELSE p.state::text END AS reason,
-                     count(*) AS n
-              FROM picked AS p
-              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
-              GROUP BY 1) AS s) AS skipped
+       /* include: bulk_skipped */ AS skipped
 
 -- name: bulk_delete_jobs
 -- As delete_job, over a batch (running jobs are skipped: cancel them first).
@@ -1080,13 +1073,7 @@ SELECT (SELECT count(*) FROM picked) AS picked,
        (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM logged) AS logged,
        0 AS notified,
-       (SELECT COALESCE(jsonb_object_agg(s.reason, s.n), '{}')::text
-        FROM (SELECT CASE WHEN p.state = ANY(CAST(%(allowed)s AS awa.job_state[]))
-                          THEN 'unique key held' ELSE p.state::text END AS reason,
-                     count(*) AS n
-              FROM picked AS p
-              WHERE NOT EXISTS (SELECT 1 FROM changed AS c WHERE c.id = p.id)
-              GROUP BY 1) AS s) AS skipped
+       /* include: bulk_skipped */ AS skipped
 
 -- ---------------------------------------------------------------------------
 -- Receipts (awa_bridge.receipts), on the caller's connection and transaction.
