@@ -78,9 +78,9 @@ class TimeLimits:
                 return
             if exc_type is TimeLimitExceeded:
                 self.armed = False  # nothing after the hard limit
-                flag = getattr(self.job, "_cancelled", None)
-                if flag is not None:
-                    flag.set()
+                cancel = getattr(self.job, "cancel", None)  # a worker's JobContext (eager jobs have none)
+                if cancel is not None:
+                    cancel()
             _raise_in(self.thread_id, exc_type)
 
     def __exit__(

@@ -362,18 +362,8 @@ def _ensure_attempts(job: Any, max_retries: int | None) -> None:
     if isinstance(job, EagerJob):
         job.max_attempts = max(job.max_attempts, wanted)
         return
-    runtime = job._runtime
-    if wanted <= job.max_attempts or runtime is None:
-        return
-    from ..drivers.psycopg import PsycopgSync
-    from ..sql import QUERIES
-
-    with runtime.sync_connection() as conn:
-        rows = PsycopgSync(conn).fetch_all(
-            QUERIES["raise_max_attempts"], {"id": job.id, "lease": job.run_lease, "max_attempts": wanted}
-        )
-    if rows:
-        job.max_attempts = int(rows[0]["max_attempts"])
+    if wanted > job.max_attempts and job.attached:
+        job.raise_max_attempts(wanted)  # fenced by run_lease; a superseded attempt changes nothing
 
 
 #: Attempts a job has beyond ``max_retries + 1``: re-runs after a lost worker, which Celery does not count.

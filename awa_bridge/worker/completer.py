@@ -108,6 +108,14 @@ class Completer:
         self.idle.clear()
         self.wake.set()
 
+    def report(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
+        """An outcome written elsewhere (a transactional handler's own transaction): report it like ours."""
+        self.on_finished(ctx, outcome, applied)
+
+    def abandon(self, ctx: JobContext) -> None:
+        """An attempt with no outcome to write (superseded before its handler started)."""
+        self.on_abandoned(ctx)
+
     async def run(self, stopping: asyncio.Event) -> None:
         while True:
             if not self.pending:

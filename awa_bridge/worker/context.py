@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..args import canonical_json
 from ..errors import StaleAttempt, ValidationError
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class AttemptHandle(Protocol):
+    """What a running attempt may ask of the worker that claimed it, and nothing more.
+
+    A ``JobContext`` holds one of these instead of the whole runtime: its
+    writes are lease-fenced statements on the worker's pool, run on the
+    worker's event loop (``loop``). ``worker.attempt.AttemptWrites`` is the
+    worker's implementation.
+    """
+
+    loop: asyncio.AbstractEventLoop
+
+    async def flush_progress(self, ctx: JobContext) -> None: ...
+
+    async def register_callback(self, ctx: JobContext, timeout: float) -> str: ...
+
+    async def raise_max_attempts(self, ctx: JobContext, at_least: int) -> int: ...
 
 
 class CancelFlag:
@@ -55,7 +71,7 @@ class JobContext:
     progress: Any
     deadline_at: datetime | None
     conn: Any = None
-    _runtime: Runtime | None = field(default=None, repr=False)
+    _handle: AttemptHandle | None = field(default=None, repr=False)
     _cancelled: CancelFlag = field(default_factory=CancelFlag, repr=False)
     _progress_dirty: bool = field(default=False, repr=False)
     _metadata_patch: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -79,6 +95,11 @@ class JobContext:
         cancelled with ``asyncio.CancelledError``.
         """
         return self._cancelled.is_set()
+
+    @property
+    def attached(self) -> bool:
+        """True while a running worker holds this attempt; False for a copy in an executor child process."""
+        return self._handle is not None
 
     # -- progress ------------------------------------------------------------
 
@@ -132,7 +153,7 @@ class JobContext:
         handler (a worker thread) it runs at once and returns None. Raises
         ``StaleAttempt`` when this attempt was superseded (rescued, cancelled).
         """
-        return self._on_worker_loop(lambda runtime: runtime.flush_progress(self))
+        return self._on_worker_loop(lambda handle: handle.flush_progress(self))
 
     def register_callback(self, timeout: float) -> Any:
         """Create a callback id for this attempt, valid for ``timeout`` seconds; return it.
@@ -146,22 +167,39 @@ class JobContext:
         from ..callbacks import check_timeout
 
         seconds = check_timeout(timeout)
-        return self._on_worker_loop(lambda runtime: runtime.register_callback(self, seconds))
+        return self._on_worker_loop(lambda handle: handle.register_callback(self, seconds))
 
-    def _on_worker_loop(self, make: Any) -> Any:
-        """Run a runtime coroutine: awaitable on the worker's loop, blocking from a handler thread."""
-        if self._runtime is None:
+    def raise_max_attempts(self, at_least: int) -> Any:
+        """Give the job at least ``at_least`` attempts in all (fenced by run_lease); return its max_attempts.
+
+        For layers that count retries their own way (Celery's ``max_retries``):
+        a retry the layer allows must not be refused for want of an attempt. A superseded attempt
+        changes nothing (its max_attempts stays as it was).
+        From an async handler ``await`` it; from a sync handler it returns the number.
+        """
+        return self._on_worker_loop(lambda handle: handle.raise_max_attempts(self, at_least))
+
+    def cancel(self) -> None:
+        """Mark the attempt given up (``job.cancelled`` becomes True); the worker decides its outcome."""
+        self._cancelled.set()
+
+    def _on_worker_loop(self, make: Callable[[AttemptHandle], Coroutine[Any, Any, Any]]) -> Any:
+        """Run a handle coroutine: awaitable on the worker's loop, blocking from a handler thread."""
+        if self._handle is None:
             raise RuntimeError("this job is not attached to a running worker")
-        coro = make(self._runtime)
-        loop = self._runtime.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        coro = make(self._handle)
+        loop = self._handle.loop
+        if _running_loop() is loop:
             return coro
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def _raise_if_stale(self, updated: bool) -> None:
         if not updated:
             raise StaleAttempt(f"job {self.id} attempt with run_lease {self.run_lease} was superseded")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -5,6 +5,11 @@ pool. A handler past its deadline is cancelled (async) or told so through
 ``job.cancelled`` (sync), and the attempt ends as a deadline error.
 Transactional handlers run inside the transaction that also finalizes the
 job, so their writes commit exactly when the job's outcome does.
+
+The executor knows only its explicit collaborators (``Executor``): the
+worker's loop and handler threads, the handler pools, the hooks, and the
+completer, which takes every outcome and every report of one. It holds no
+reference to the ex.
 """
 
 from __future__ import annotations
@@ -13,18 +18,40 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import StaleAttempt
-from .completer import finalize_one, is_transient
+from .completer import Completer, finalize_one, is_transient
+from .config import QueueConfig
 from .context import JobContext
+from .hooks import Hooks
 from .outcomes import Outcome, error_record, outcome_of_exception, outcome_of_result
+from .pools import HandlerPools
 from .registry import ArgsDecodeError, Handler
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
+from .threads import DaemonThreadPool
 
 log = logging.getLogger("awa_bridge.worker")
+
+
+@dataclass(frozen=True)
+class Executor:
+    """What running an attempt needs: where handlers run, and where their outcomes go."""
+
+    loop: asyncio.AbstractEventLoop
+    threads: DaemonThreadPool  # sync handlers
+    pools: HandlerPools  # transactional handlers' connections, process executors
+    completer: Completer  # takes outcomes (``submit``/``resolve``) and reports self-written ones (``report``)
+    hooks: Hooks
+    queues: Mapping[str, QueueConfig]
+
+    def executor_of(self, handler: Handler, queue: str) -> str:
+        """Where a sync handler runs: its registration's executor, else its queue's."""
+        if handler.executor is not None:
+            return str(handler.executor)
+        config = self.queues.get(queue)
+        return config.executor if config is not None else "thread"
 
 
 class DeadlineExceeded(Exception):
@@ -66,11 +93,11 @@ def give_up(ctx: JobContext) -> bool:
         return ctx._started
 
 
-def not_started(runtime: Runtime, ctx: JobContext, reason: str) -> Outcome | None:
+def not_started(ex: Executor, ctx: JobContext, reason: str) -> Outcome | None:
     """An attempt that never ran: let a superseded one go; hand the others back unspent."""
     if reason == "superseded":
         log.info("job %s: attempt %s was superseded before its handler started; not running it", ctx.id, ctx.attempt)
-        runtime.abandon(ctx)
+        ex.completer.abandon(ctx)
         return None
     log.warning("job %s: attempt %s reached its deadline before a handler slot was free; released", ctx.id, ctx.attempt)
     return Outcome("available", refund=True, label="released")
@@ -86,7 +113,7 @@ def seconds_left(ctx: JobContext) -> float | None:
     return max(ctx.deadline_at.timestamp() - time.time(), 0.0)
 
 
-async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext) -> Outcome | None:
+async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) -> Outcome | None:
     """Run the attempt; return its outcome, or None when it finalized itself (transactional)."""
     if handler is None:
         return failed_at_once(ctx, f"unknown job kind {ctx.kind!r}: no handler is registered for it")
@@ -95,22 +122,22 @@ async def run_attempt(runtime: Runtime, handler: Handler | None, ctx: JobContext
     except ArgsDecodeError as exc:
         return failed_at_once(ctx, str(exc), exc)
     try:
-        return await _run_handler(runtime, handler, ctx)
+        return await _run_handler(ex, handler, ctx)
     except NotStarted as exc:
-        return not_started(runtime, ctx, str(exc))
+        return not_started(ex, ctx, str(exc))
 
 
-async def _run_handler(runtime: Runtime, handler: Handler, ctx: JobContext) -> Outcome | None:
+async def _run_handler(ex: Executor, handler: Handler, ctx: JobContext) -> Outcome | None:
     if handler.is_async:
         check_start(ctx)  # the loop may have been blocked since the claim
-    runtime.hooks.fire("started", ctx)
+    ex.hooks.fire("started", ctx)
     if handler.transactional:
-        await run_transactional(runtime, handler, ctx)
+        await run_transactional(ex, handler, ctx)
         return None
-    if not handler.is_async and runtime.executor_of(handler, ctx.queue) == "process":
-        return await run_in_process(runtime, handler, ctx)
+    if not handler.is_async and ex.executor_of(handler, ctx.queue) == "process":
+        return await run_in_process(ex, handler, ctx)
     try:
-        result = await _invoke(runtime, handler, ctx)
+        result = await _invoke(ex, handler, ctx)
     except DeadlineExceeded as exc:
         return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     except asyncio.CancelledError:
@@ -119,7 +146,7 @@ async def _run_handler(runtime: Runtime, handler: Handler, ctx: JobContext) -> O
         return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     outcome = outcome_for(ctx, result)
     if ctx._on_complete and outcome.state == "completed":
-        await runtime.threads.submit(runtime.loop, complete_with_effects, runtime, ctx, outcome)
+        await ex.threads.submit(ex.loop, complete_with_effects, ex, ctx, outcome)
         return None
     return outcome
 
@@ -140,11 +167,11 @@ def outcome_for(ctx: JobContext, result: Any) -> Outcome:
 DEADLINE_MESSAGE = "deadline exceeded: the attempt ran longer than its queue's deadline"
 
 
-async def _invoke(runtime: Runtime, handler: Handler, ctx: JobContext) -> Any:
+async def _invoke(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
     timeout = seconds_left(ctx)
     if handler.is_async:
         return await _invoke_async(handler, ctx, timeout)
-    work = runtime.threads.submit(runtime.loop, _guarded, handler.fn, ctx)
+    work = ex.threads.submit(ex.loop, _guarded, handler.fn, ctx)
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
     except TimeoutError:
@@ -167,18 +194,18 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-async def run_in_process(runtime: Runtime, handler: Handler, ctx: JobContext) -> Outcome:
+async def run_in_process(ex: Executor, handler: Handler, ctx: JobContext) -> Outcome:
     """A sync handler in a child process, killed at the hard deadline (``executor="process"``)."""
     from .processes import ChildKilled, apply_carried
 
-    pool = runtime.process_pool(ctx.queue)
+    pool = ex.pools.process_pool(ctx.queue)
 
     def attempt() -> Any:
         check_start(ctx)
         return pool.run(handler.fn, ctx, seconds_left(ctx))
 
     try:
-        carried = await runtime.threads.submit(runtime.loop, attempt)
+        carried = await ex.threads.submit(ex.loop, attempt)
     except ChildKilled as exc:
         ctx._cancelled.set()
         error: Exception = DeadlineExceeded(f"{DEADLINE_MESSAGE} ({exc})") if exc.overran else exc
@@ -231,19 +258,19 @@ async def _invoke_async(handler: Handler, ctx: JobContext, timeout: float | None
     return result
 
 
-async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
+async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> None:
     """Handler writes and the job's finalization in ONE transaction, fenced by run_lease."""
     if not handler.is_async:
-        await runtime.threads.submit(runtime.loop, run_transactional_sync, runtime, handler, ctx)
+        await ex.threads.submit(ex.loop, run_transactional_sync, ex, handler, ctx)
         return
-    tx_pool = await runtime.transaction_pool()
+    tx_pool = await ex.pools.transaction_pool()
     async with tx_pool.acquire() as conn:
         outcome: Outcome | None = None
         try:
             async with conn.transaction():
                 ctx.conn = conn
                 try:
-                    result = await _invoke(runtime, handler, ctx)
+                    result = await _invoke(ex, handler, ctx)
                 finally:
                     ctx.conn = None
                 outcome = outcome_for(ctx, result)
@@ -251,21 +278,21 @@ async def run_transactional(runtime: Runtime, handler: Handler, ctx: JobContext)
                     raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
         except StaleAttempt:
             log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
-            runtime.finished(ctx, outcome or Outcome("completed"), False)
+            ex.completer.report(ctx, outcome or Outcome("completed"), False)
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
             if outcome is not None and is_transient(exc):  # lost at or after the commit: read it back
-                runtime.completer.resolve(ctx, outcome, failure)
+                ex.completer.resolve(ctx, outcome, failure)
             else:
-                runtime.completer.submit(ctx, failure)
+                ex.completer.submit(ctx, failure)
             return
-    runtime.finished(ctx, outcome, True)
+    ex.completer.report(ctx, outcome, True)
 
 
-def complete_with_effects(runtime: Runtime, ctx: JobContext, outcome: Outcome) -> None:
+def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> None:
     """After the handler returned: its completion effects (``job.on_complete``) and the job's
     completion in ONE short transaction, fenced by run_lease (in a worker thread). Both commit or
     neither does: a superseded attempt rolls the effects back, a failing effect retries the job."""
@@ -275,7 +302,7 @@ def complete_with_effects(runtime: Runtime, ctx: JobContext, outcome: Outcome) -
     from .completer import completion
 
     try:
-        with runtime.sync_transaction() as conn:
+        with ex.pools.sync_transaction() as conn:
             for effect in ctx._on_complete:
                 effect(conn)
             query, params = completion(ctx)
@@ -284,18 +311,18 @@ def complete_with_effects(runtime: Runtime, ctx: JobContext, outcome: Outcome) -
             ctx.mark_flushed()
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
-        runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, False)
+        ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, False)
         return
     except psycopg.OperationalError:
         raise
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
+        ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
         return
-    runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, True)
+    ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, True)
 
 
-def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) -> None:
+def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> None:
     """The sync form, in a worker thread: on a psycopg connection from the worker's pool,
     or in the handler's own transaction (``Handler.transaction``, e.g. Django's ``atomic()``)."""
     import psycopg
@@ -305,7 +332,7 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
     from .completer import completion, finish_params
 
     check_start(ctx)
-    begin = handler.transaction or runtime.sync_transaction
+    begin = handler.transaction or ex.pools.sync_transaction
     outcome: Outcome | None = None
     try:
         with begin() as conn:
@@ -324,16 +351,16 @@ def run_transactional_sync(runtime: Runtime, handler: Handler, ctx: JobContext) 
             ctx.mark_flushed()
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
-        runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome or Outcome("completed"), False)
+        ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome or Outcome("completed"), False)
         return
     except psycopg.OperationalError as exc:
         if outcome is None:
             raise  # lost before the outcome was written: nothing can have committed
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        runtime.loop.call_soon_threadsafe(runtime.completer.resolve, ctx, outcome, failure)
+        ex.loop.call_soon_threadsafe(ex.completer.resolve, ctx, outcome, failure)
         return
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        runtime.loop.call_soon_threadsafe(runtime.completer.submit, ctx, failure)
+        ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
         return
-    runtime.loop.call_soon_threadsafe(runtime.finished, ctx, outcome, True)
+    ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, True)

@@ -1,0 +1,90 @@
+"""The connections handlers use, apart from the runtime's own pool.
+
+A handler holds its connection for its whole run; sharing the pool used for
+claims and completions would let slow handlers starve them. So transactional
+handlers (async: an asyncpg pool; sync: a psycopg pool) and completion effects
+get pools of their own, each created on first use, and sync handlers on a
+``executor="process"`` queue get that queue's child processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .config import QueueConfig
+
+
+class HandlerPools:
+    def __init__(self, database_url: str, queues: Mapping[str, QueueConfig]) -> None:
+        self.database_url = database_url
+        self.queues = queues
+        self.size = max(2, min(sum(q.max_workers for q in queues.values()), 20))
+        self._sync_pool: Any = None
+        self._sync_lock = threading.Lock()
+        self._tx_pool: Any = None
+        self._tx_lock = asyncio.Lock()
+        self._process_pools: dict[str, Any] = {}
+        self._process_lock = threading.Lock()
+
+    async def transaction_pool(self) -> Any:
+        """The asyncpg pool of async transactional handlers."""
+        import asyncpg
+
+        async with self._tx_lock:
+            if self._tx_pool is None:
+                self._tx_pool = await asyncpg.create_pool(
+                    self.database_url,
+                    min_size=1,
+                    max_size=self.size,
+                    server_settings={"application_name": "awa-handler"},
+                )
+        return self._tx_pool
+
+    @contextlib.contextmanager
+    def sync_connection(self) -> Iterator[Any]:
+        """A psycopg connection for sync transactional handlers (pooled)."""
+        from psycopg_pool import ConnectionPool
+
+        with self._sync_lock:
+            if self._sync_pool is None:
+                self._sync_pool = ConnectionPool(
+                    self.database_url,
+                    min_size=1,
+                    max_size=self.size,
+                    open=True,
+                    # A connection the server dropped while idle would cost a handler its attempt.
+                    check=ConnectionPool.check_connection,
+                    kwargs={"application_name": "awa-handler"},
+                )
+        with self._sync_pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def sync_transaction(self) -> Iterator[Any]:
+        """The default transaction of sync transactional handlers: psycopg, from the pool."""
+        with self.sync_connection() as conn, conn.transaction():
+            yield conn
+
+    def process_pool(self, queue: str) -> Any:
+        """The child processes of ``queue`` (created on first use; see ``processes``)."""
+        from .processes import ProcessPool
+
+        with self._process_lock:
+            pool = self._process_pools.get(queue)
+            if pool is None:
+                config = self.queues.get(queue)
+                per_child = config.max_tasks_per_child if config is not None else None
+                pool = self._process_pools[queue] = ProcessPool(queue, per_child)
+        return pool
+
+    async def close(self) -> None:
+        for pool in self._process_pools.values():
+            pool.shutdown()
+        if self._tx_pool is not None:
+            await self._tx_pool.close()
+        if self._sync_pool is not None:
+            self._sync_pool.close()
