@@ -47,6 +47,7 @@ from django.dispatch import receiver
 from awa_bridge import ValidationError
 from awa_bridge.validation import as_seconds
 from awa_bridge.worker import QueueConfig, WorkerConfig
+from awa_bridge.worker.config import SECONDS_SETTINGS  # options given in seconds: a number or a timedelta
 
 from .errors import InvalidAwaSetting
 
@@ -70,21 +71,6 @@ PERIODIC_KEYS = (
     "metadata",
     "missed_fire_policy",
 )
-# Options given in seconds: a number or a timedelta.
-DURATIONS = {
-    "deadline",
-    "poll_interval",
-    "priority_aging",
-    "heartbeat_interval",
-    "heartbeat_staleness",
-    "rescue_interval",
-    "promote_interval",
-    "leader_election_interval",
-    "leader_lease",
-    "cleanup_interval",
-    "drain_timeout",
-    "completion_flush",
-}
 # Names people reach for, and the option that means it.
 QUEUE_ALIASES = {"rate_limit": "max_rate", "rate": "max_rate", "concurrency": "max_workers"}
 
@@ -149,7 +135,7 @@ def _queues(raw: Any) -> tuple[QueueConfig, ...]:
                     _key("QUEUES", name, key), f"unknown setting; did you mean {QUEUE_ALIASES[key]!r}?"
                 )
         _unknown(options, QUEUE_KEYS, "QUEUES", name)
-        kwargs = {k: (_seconds(v, "QUEUES", name, k) if k in DURATIONS else v) for k, v in options.items()}
+        kwargs = {k: (_seconds(v, "QUEUES", name, k) if k in SECONDS_SETTINGS else v) for k, v in options.items()}
         try:
             result.append(QueueConfig(name, **kwargs))
         except ValidationError as exc:
@@ -165,7 +151,7 @@ def _worker(raw_worker: Any, raw_retention: Any) -> WorkerConfig:
     kwargs: dict[str, Any] = {}
     where: dict[str, tuple[str, ...]] = {}
     for key, value in worker.items():
-        kwargs[key] = _seconds(value, "WORKER", key) if key in DURATIONS else value
+        kwargs[key] = _seconds(value, "WORKER", key) if key in SECONDS_SETTINGS else value
         where[key] = ("WORKER", key)
     for key, value in retention.items():
         kwargs[RETENTION_KEYS[key]] = _seconds(value, "RETENTION", key)

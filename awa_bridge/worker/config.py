@@ -35,6 +35,23 @@ MAINTENANCE_BATCH = 1000
 # most this long per pass; a pass cut short runs again at the next tick.
 MAINTENANCE_BUDGET_SECONDS = 0.5
 EXECUTORS = ("thread", "process")
+# The settings given in seconds, the one list every front end reads (awa_django's AWA settings
+# accept a number or a timedelta for exactly these).
+QUEUE_SECONDS = ("deadline", "poll_interval", "priority_aging")
+WORKER_SECONDS = (
+    "heartbeat_interval",
+    "heartbeat_staleness",
+    "rescue_interval",
+    "promote_interval",
+    "leader_election_interval",
+    "leader_lease",
+    "cleanup_interval",
+    "completed_retention",
+    "failed_retention",
+    "drain_timeout",
+    "completion_flush",
+)
+SECONDS_SETTINGS = frozenset(QUEUE_SECONDS + WORKER_SECONDS)
 # Per-queue options the worker CLI accepts as NAME[:N][:key=value,...], with their types.
 QUEUE_OPTION_TYPES: dict[str, type] = {
     "max_workers": int,
@@ -176,19 +193,7 @@ class WorkerConfig:
     global_max_workers: int | None = None
 
     def __post_init__(self) -> None:
-        for name in (
-            "heartbeat_interval",
-            "heartbeat_staleness",
-            "rescue_interval",
-            "promote_interval",
-            "leader_election_interval",
-            "leader_lease",
-            "cleanup_interval",
-            "completed_retention",
-            "failed_retention",
-            "drain_timeout",
-            "completion_flush",
-        ):
+        for name in WORKER_SECONDS:
             as_seconds(name, getattr(self, name))
         if self.heartbeat_staleness < 3 * self.heartbeat_interval:
             raise ValidationError(

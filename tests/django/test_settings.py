@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from awa_bridge.worker import QueueConfig, WorkerConfig
 from awa_django.conf import get_settings, parse_settings
 from awa_django.errors import InvalidAwaSetting
 
@@ -131,3 +132,22 @@ def test_queue_overrides_take_the_deadline_and_other_options() -> None:
     assert (kept.max_workers, kept.deadline) == (5, 90.0)
     settings = parse_settings({"QUEUES": {"email": {"deadline": 60, "executor": "process", "max_tasks_per_child": 9}}})
     assert settings.queue("email").max_tasks_per_child == 9
+
+
+def test_every_seconds_setting_of_the_worker_takes_a_timedelta() -> None:
+    """The worker config's one list of seconds-valued settings is what AWA reads (no second list here)."""
+    from awa_bridge.worker.config import QUEUE_SECONDS, SECONDS_SETTINGS, WORKER_SECONDS
+
+    assert set(QUEUE_SECONDS) | set(WORKER_SECONDS) == SECONDS_SETTINGS
+    defaults, queue = WorkerConfig(), QueueConfig("q")
+    retention = {"completed_retention": "completed", "failed_retention": "failed"}
+    worker = {k: timedelta(seconds=getattr(defaults, k) * 2) for k in WORKER_SECONDS if k not in retention}
+    parsed = parse_settings(
+        {
+            "QUEUES": {"q": {k: timedelta(seconds=getattr(queue, k) * 2) for k in QUEUE_SECONDS}},
+            "WORKER": worker,
+            "RETENTION": {retention[k]: timedelta(seconds=getattr(defaults, k) * 2) for k in retention},
+        }
+    )
+    assert all(getattr(parsed.worker, k) == getattr(defaults, k) * 2 for k in WORKER_SECONDS)
+    assert all(getattr(parsed.queues[0], k) == getattr(queue, k) * 2 for k in QUEUE_SECONDS)
