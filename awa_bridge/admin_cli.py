@@ -13,7 +13,6 @@ import getpass
 import signal
 
 from . import admin, cli_core
-from .cli_support import print_table
 from .errors import ValidationError
 
 JOB_ACTIONS = ("list", "retry", "cancel", "delete", "run-now", "retry-failed")
@@ -89,8 +88,5 @@ def run_queue_action(url: str, ns: argparse.Namespace) -> int:
     if action == "resume":
         cli_core.resume_queue(url, ns.name, print)
         return 0
-    stats = admin.queue_stats(url, ns.name)
-    columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external", "failed"]
-    columns += ["completed_last_hour", "lag_seconds"]
-    print_table([{c: getattr(s, c) for c in columns} for s in stats], columns)
+    cli_core.queue_stats(url, print, ns.name)
     return 0

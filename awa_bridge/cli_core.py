@@ -7,7 +7,7 @@ Django commands pass the awa alias's connection) and a ``write`` function for
 the output lines. So both say the same thing for the same action, and a fix
 lands in both. Errors are ``AwaError`` subclasses; each front end turns them
 into its one-line error (exit 2 for the CLI, ``CommandError`` for Django).
-Only rendering that a front end owns (its table style) stays with it.
+The tables too (jobs, queue stats, schedules) are drawn here, once.
 """
 
 from __future__ import annotations
@@ -139,12 +139,36 @@ def pause_queue(
     write(f"queue {name} paused: workers stop claiming within one poll interval; running jobs finish")
 
 
+QUEUE_STATS_COLUMNS = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
+QUEUE_STATS_COLUMNS += ["failed", "completed_last_hour", "lag_seconds"]
+
+
+def queue_stats(target: Any, write: Write, name: str | None = None) -> None:
+    """One row per queue (or only ``name``): live jobs by state, failures, last hour's completions, lag."""
+    stats = admin.queue_stats(target, name)
+    print_table([{c: getattr(s, c) for c in QUEUE_STATS_COLUMNS} for s in stats], QUEUE_STATS_COLUMNS, write)
+
+
 def resume_queue(target: Any, name: str, write: Write) -> None:
     admin.resume_queue(target, name)
     write(f"queue {name} resumed")
 
 
 # -- cron -------------------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = ["name", "source", "cron_expr", "timezone", "kind", "queue", "missed_fire_policy", "paused"]
+SCHEDULE_COLUMNS += ["last_enqueued_at", "next_fire_at"]
+
+
+def list_schedules(target: Any, write: Write) -> None:
+    """Every schedule: its definition, whether (and by whom) it is paused, its last and next fire."""
+    rows = []
+    for schedule in cron.list_schedules(target):
+        row = {c: getattr(schedule, c) for c in SCHEDULE_COLUMNS}
+        if schedule.paused and schedule.paused_by:
+            row["paused"] = f"yes (by {schedule.paused_by})"
+        rows.append(row)
+    print_table(rows, SCHEDULE_COLUMNS, write, empty="(no schedules)")
 
 
 def pause_schedule(target: Any, name: str, write: Write, *, paused_by: str | None) -> None:

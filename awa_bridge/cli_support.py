@@ -72,9 +72,12 @@ def describe_failure(exc: BaseException) -> str | None:
     return None
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str], write: Callable[[str], Any] = print) -> None:
+def print_table(
+    rows: list[dict[str, Any]], columns: list[str], write: Callable[[str], Any] = print, empty: str = "(none)"
+) -> None:
+    """Columns padded to their widest cell, header first; ``empty`` alone when there are no rows."""
     if not rows:
-        write("(none)")
+        write(empty)
         return
     cells = [[cell(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
@@ -86,6 +89,8 @@ def print_table(rows: list[dict[str, Any]], columns: list[str], write: Callable[
 def cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.1f}"
     if hasattr(value, "isoformat"):

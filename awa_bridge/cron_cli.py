@@ -74,35 +74,8 @@ def _url(ns: argparse.Namespace) -> str:
     return database_url(ns.database_url)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if hasattr(value, "isoformat"):
-        stamp: str = value.isoformat(timespec="seconds")
-        return stamp
-    return str(value)
-
-
 def _list(ns: argparse.Namespace) -> int:
-    schedules = cron.list_schedules(_url(ns))
-    if not schedules:
-        print("(no schedules)")
-        return 0
-    columns = ["name", "source", "cron_expr", "timezone", "kind", "queue", "missed_fire_policy"]
-    header = [*columns, "paused", "last_enqueued_at", "next_fire_at"]
-    cells = [
-        [
-            *(_cell(getattr(s, c)) for c in columns),
-            f"yes (by {s.paused_by})" if s.paused and s.paused_by else ("yes" if s.paused else "no"),
-            _cell(s.last_enqueued_at),
-            _cell(s.next_fire_at),
-        ]
-        for s in schedules
-    ]
-    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    cli_core.list_schedules(_url(ns), print)
     return 0
 
 

@@ -614,7 +614,7 @@ def test_cli_queue_actions(run_cli, db_url: str) -> None:
         assert conn.execute("SELECT paused, paused_by FROM awa.queue_meta").fetchone() == (True, "alice")
     code, out, _ = run_cli("queues", "stats")
     header, row = out.splitlines()
-    assert "completed_last_hour" in header and row.split()[:3] == ["mail", "True", "1"]
+    assert "completed_last_hour" in header and row.split()[:3] == ["mail", "yes", "1"]
     code, out, _ = run_cli("queues")  # the listing is still the default
     assert code == 0 and "mail" in out
     code, out, _ = run_cli("queues", "resume", "mail")

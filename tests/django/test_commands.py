@@ -141,3 +141,40 @@ def test_awa_cron_list_trigger_pause_resume(awa: None) -> None:
     assert "yes" not in run("awa_cron", "list").splitlines()[1]
     with pytest.raises(CommandError, match="no schedule named 'nope'"):
         call_command("awa_cron", "trigger", "nope")
+
+
+def test_manage_py_and_the_cli_draw_the_same_queue_and_schedule_tables(awa: None) -> None:
+    """One table per listing, drawn by awa_bridge.cli_core: ``manage.py awa_queues stats`` prints what
+    ``python -m awa_bridge queues stats`` prints, ``manage.py awa_cron list`` what ``... cron list`` does."""
+    from datetime import UTC, datetime, timedelta
+
+    from awa_bridge import admin, cron
+    from awa_bridge.enqueue import insert_job_sync
+
+    from .test_admin_operations import _manage
+
+    upsert_schedules_sync(connection, [build_schedule(n, o) for n, o in get_settings().periodic.items()])
+    cron.pause_schedule(connection, "nightly_digest", paused_by="ops")
+    later = datetime.now(UTC) + timedelta(hours=1)  # scheduled, not available: no lag that ticks between runs
+    insert_job_sync(connection, {"n": 1}, kind="report", queue="email", run_at=later)
+    admin.pause_queue(connection, "email", paused_by="ops")
+    url = database_url("default")
+    tables = []
+    for managed, typed in ((["awa_queues", "stats"], ["queues", "stats"]), (["awa_cron", "list"], ["cron", "list"])):
+        django_out = _manage(*managed)
+        cli_out = subprocess.run(
+            [sys.executable, "-m", "awa_bridge", *typed, "--database-url", url],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (django_out.returncode, cli_out.returncode) == (0, 0), django_out.stderr + cli_out.stderr
+        assert django_out.stdout == cli_out.stdout
+        tables.append(cli_out.stdout.splitlines())
+    queues, schedules = tables
+    assert queues[0].split()[:3] == ["queue", "paused", "available"]
+    assert [line.split()[:5] for line in queues[1:]] == [["email", "yes", "0", "0", "1"]]
+    assert schedules[0].split()[:3] == ["name", "source", "cron_expr"]
+    assert "nightly_digest" in schedules[1] and "yes (by ops)" in schedules[1]

@@ -52,24 +52,7 @@ class Command(AwaCommand):
     def _run(self, options: dict[str, Any]) -> None:
         action = options["action"]
         if action == "list":
-            schedules = cron.list_schedules(awa_connection())
-            self.table(
-                [
-                    (
-                        s.name,
-                        s.source,
-                        s.cron_expr,
-                        s.timezone,
-                        s.kind,
-                        s.queue,
-                        s.paused,
-                        s.last_enqueued_at,
-                        s.next_fire_at,
-                    )
-                    for s in schedules
-                ],
-                ["name", "source", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
-            )
+            cli_core.list_schedules(awa_connection(), self.stdout.write)
         elif action == "trigger":
             cli_core.trigger_schedule(awa_connection(), options["name"], self.stdout.write)
         elif action == "pause":

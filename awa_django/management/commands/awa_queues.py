@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from awa_bridge import admin, cli_core
+from awa_bridge import cli_core
 
 from ...conf import get_settings
 from ...db import awa_connection
@@ -47,7 +47,4 @@ class Command(AwaCommand):
         if action == "resume":
             cli_core.resume_queue(awa_connection(), name, self.stdout.write)
             return
-        stats = admin.queue_stats(awa_connection(), name)
-        columns = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
-        columns += ["failed", "completed_last_hour", "lag_seconds"]
-        self.table([[getattr(s, c) for c in columns] for s in stats], columns)
+        cli_core.queue_stats(awa_connection(), self.stdout.write, name)
