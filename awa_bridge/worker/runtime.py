@@ -1,4 +1,4 @@
-"""The worker's lifecycle: it assembles the parts, tracks the attempts it holds, drains.
+"""The worker's lifecycle: it assembles the parts, dispatches claimed rows, drains.
 
 The parts, each a small class with one loop, and what they are told:
 
@@ -9,8 +9,8 @@ The parts, each a small class with one loop, and what they are told:
 - ``completer.Completer`` writes outcomes in batches and reports each one
   (``finished``) or gives it up (``abandon``);
 - ``heartbeat.HeartbeatThread`` keeps held attempts alive and this process's
-  row in the worker registry fresh, asking only for ``held`` and telling
-  ``_superseded``;
+  row in the worker registry fresh, asking ``held.HeldAttempts`` for a
+  snapshot and telling it which were superseded;
 - ``listener.Listener`` turns NOTIFY into ``_notified(queue)``;
 - ``maintenance.Maintenance`` (leading in whichever process holds the lease)
   promotes, rescues and cleans up, telling only ``_rescued_elsewhere``.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +41,7 @@ from .config import QueueConfig, WorkerConfig
 from .context import JobContext
 from .executor import Executor, run_attempt
 from .heartbeat import HeartbeatThread
+from .held import HeldAttempts
 from .hooks import Hooks
 from .listener import Listener
 from .maintenance import Maintenance
@@ -77,8 +77,7 @@ class Runtime:
                 "global_max_workers",
                 f"is {config.global_max_workers}, less than the queues' min_workers together ({floors})",
             )
-        self.inflight: dict[int, JobContext] = {}
-        self.inflight_lock = threading.Lock()
+        self.held = HeldAttempts()
         self.stopping = asyncio.Event()
         self.instance_id = uuid.uuid4()
         self.services: list[asyncio.Task[Any]] = []
@@ -163,8 +162,8 @@ class Runtime:
         self.heartbeat = HeartbeatThread(
             self.database_url,
             self.config.heartbeat_interval,
-            self.held,
-            self._superseded,
+            self.held.snapshot,
+            self.held.supersede,
             self._describe,
             self.instance_id,
         )
@@ -201,11 +200,7 @@ class Runtime:
         log.info("worker stopped")
 
     async def _release(self, pending: set[asyncio.Task[Any]]) -> None:
-        with self.inflight_lock:
-            held = [(c.id, c.run_lease) for c in self.inflight.values() if c._task in pending]
-            for ctx in self.inflight.values():
-                if ctx._task in pending:
-                    ctx._cancelled.set()
+        held = self.held.give_up(pending)
         for task in pending:
             task.cancel()
         if held:
@@ -217,9 +212,7 @@ class Runtime:
                 log.warning("drain timeout: released %d unfinished job(s) for prompt retry", len(rows))
             except Exception as exc:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
-            with self.inflight_lock:
-                for job_id, _ in held:
-                    self.inflight.pop(job_id, None)
+            self.held.forget([job_id for job_id, _ in held])
         await asyncio.gather(*pending, return_exceptions=True)
 
     # -- attempts ------------------------------------------------------------
@@ -241,8 +234,7 @@ class Runtime:
             deadline_at=row["deadline_at"],
             _handle=self.handle,
         )
-        with self.inflight_lock:
-            self.inflight[ctx.id] = ctx
+        self.held.add(ctx)
         state.running += 1
         task = asyncio.create_task(self._execute(state, ctx))
         ctx._task = task
@@ -276,9 +268,7 @@ class Runtime:
 
     def finished(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
         """An outcome was written (``applied``) or found superseded."""
-        with self.inflight_lock:
-            if self.inflight.get(ctx.id) is ctx:
-                del self.inflight[ctx.id]
+        self.held.drop(ctx)
         if not applied:
             log.warning(
                 "job %s: the %s write for attempt %s (run_lease %s) changed nothing: "
@@ -295,22 +285,7 @@ class Runtime:
 
     def abandon(self, ctx: JobContext) -> None:
         """Stop holding an attempt whose outcome cannot be written (the leader will rescue it)."""
-        with self.inflight_lock:
-            if self.inflight.get(ctx.id) is ctx:
-                del self.inflight[ctx.id]
-
-    def held(self) -> list[tuple[int, int]]:
-        with self.inflight_lock:
-            return [(c.id, c.run_lease) for c in self.inflight.values()]
-
-    def _superseded(self, ids: set[int]) -> None:
-        """From the heartbeat thread: these attempts are no longer ours (their handlers must not start)."""
-        with self.inflight_lock:
-            for job_id in ids:
-                ctx = self.inflight.get(job_id)
-                if ctx is not None:
-                    ctx._lost = True
-                    ctx._cancelled.set()
+        self.held.drop(ctx)
 
     def _describe(self) -> dict[str, Any]:
         """From the heartbeat thread: what this process's registry row says besides its jobs."""
@@ -334,6 +309,11 @@ class Runtime:
             self.hooks.fire("rescued", dict(row))
 
     # -- tests ---------------------------------------------------------------------
+
+    @property
+    def inflight(self) -> dict[int, JobContext]:
+        """The held attempts by job id (tests poll it; read-only)."""
+        return self.held.by_id
 
     async def wait_idle(self, poll: float = 0.05) -> None:
         """Test helper: wait until nothing is running or pending."""

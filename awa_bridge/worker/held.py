@@ -1,0 +1,59 @@
+"""The attempts this process holds: claimed, not yet finalized or given up.
+
+One table, shared by three threads under one lock: the event loop adds an
+attempt at its claim and drops it when its outcome is written (or found
+superseded); the heartbeat thread beats for a ``snapshot`` and marks the ones
+the database no longer gives us (``supersede``); the drain at shutdown gives
+up the attempts it stops waiting for (``give_up``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+from typing import Any
+
+from .context import JobContext
+
+
+class HeldAttempts:
+    def __init__(self) -> None:
+        self.by_id: dict[int, JobContext] = {}
+        self.lock = threading.Lock()
+
+    def add(self, ctx: JobContext) -> None:
+        with self.lock:
+            self.by_id[ctx.id] = ctx
+
+    def drop(self, ctx: JobContext) -> None:
+        """Stop holding ``ctx`` (a later attempt of the same job, claimed meanwhile, stays)."""
+        with self.lock:
+            if self.by_id.get(ctx.id) is ctx:
+                del self.by_id[ctx.id]
+
+    def snapshot(self) -> list[tuple[int, int]]:
+        """(job id, run_lease) of every held attempt: what the heartbeat keeps alive."""
+        with self.lock:
+            return [(c.id, c.run_lease) for c in self.by_id.values()]
+
+    def supersede(self, ids: set[int]) -> None:
+        """From the heartbeat thread: these attempts are no longer ours (their handlers must not start)."""
+        with self.lock:
+            for job_id in ids:
+                ctx = self.by_id.get(job_id)
+                if ctx is not None:
+                    ctx._lost = True
+                    ctx._cancelled.set()
+
+    def give_up(self, tasks: Collection[Any]) -> list[tuple[int, int]]:
+        """Cancel the attempts run by ``tasks`` (still held); their (job id, run_lease) to release."""
+        with self.lock:
+            mine = [c for c in self.by_id.values() if c._task in tasks]
+            for ctx in mine:
+                ctx._cancelled.set()
+            return [(c.id, c.run_lease) for c in mine]
+
+    def forget(self, ids: list[int]) -> None:
+        with self.lock:
+            for job_id in ids:
+                self.by_id.pop(job_id, None)
