@@ -1,0 +1,97 @@
+"""The worker's parts talk through narrow interfaces (docs/adr/002): what the source may not refer to.
+
+Read from the source with ``ast`` (no database): a back-reference to the whole runtime, or a
+layer reaching into a job's private state, is a dependency these tests refuse before it ships.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from awa_bridge.worker.context import JobContext
+
+PACKAGE = Path(__file__).resolve().parents[1] / "awa_bridge"
+WORKER = PACKAGE / "worker"
+CELERY = sorted((PACKAGE / "celery").rglob("*.py"))
+# Only these construct or import the runtime: the runtime itself and the public Client that owns it.
+OWNERS_OF_THE_RUNTIME = {WORKER / "runtime.py", WORKER / "client.py"}
+JOB_NAMES = {"job", "ctx"}  # what the worker and the Celery layer call a JobContext
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def _runtime_references(path: Path) -> list[str]:
+    """Every import of the runtime module and every use of the name ``Runtime`` or ``_runtime``."""
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.split(".")[-1] == "runtime" or any(alias.name in ("runtime", "Runtime") for alias in node.names):
+                found.append(f"line {node.lineno}: from {'.' * node.level}{module} import ...")
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.endswith(".runtime")]
+        elif isinstance(node, ast.Name) and node.id == "Runtime":
+            found.append(f"line {node.lineno}: Runtime")
+        elif isinstance(node, ast.Attribute) and node.attr in ("Runtime", "_runtime"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in ("Runtime", "_runtime"):
+            found.append(f"line {node.lineno}: {node.value!r}")  # a string annotation or a getattr
+    return found
+
+
+WORKER_PARTS = sorted(p for p in WORKER.rglob("*.py") if p not in OWNERS_OF_THE_RUNTIME)
+
+
+@pytest.mark.parametrize("path", WORKER_PARTS + CELERY, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_part_of_the_worker_and_no_celery_module_refers_to_the_runtime(path: Path) -> None:
+    assert _runtime_references(path) == [], f"{path.relative_to(PACKAGE)} reaches the whole runtime"
+
+
+def test_the_checks_see_what_they_refuse(tmp_path: Path) -> None:
+    """The parametrized tests can fail: the Client's import is seen, and so is a planted back-reference."""
+    assert _runtime_references(WORKER / "client.py")
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from ..worker.runtime import Runtime\nx = job._runtime\ny = self.job._cancelled\n"
+        "z = getattr(self.job, '_cancelled', None)\n"
+    )
+    assert len(_runtime_references(sample)) == 2
+    assert _private_job_attributes(sample) == ["line 2: ._runtime", "line 3: ._cancelled", "line 4: getattr _cancelled"]
+
+
+def _private_job_attributes(path: Path) -> list[str]:
+    """``job._x`` / ``ctx._x`` / ``self.job._x``: a JobContext's private state used from outside the worker."""
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and _is_job(node.value):
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr"):
+            owner, name = [*node.args, None, None][:2]
+            if _is_job(owner) and isinstance(name, ast.Constant) and str(name.value).startswith("_"):
+                found.append(f"line {node.lineno}: {node.func.id} {name.value}")
+    return found
+
+
+def _is_job(node: ast.expr | None) -> bool:
+    return (isinstance(node, ast.Name) and node.id in JOB_NAMES) or (
+        isinstance(node, ast.Attribute) and node.attr in JOB_NAMES
+    )
+
+
+@pytest.mark.parametrize("path", CELERY, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_celery_layer_uses_only_the_public_job_api(path: Path) -> None:
+    assert _private_job_attributes(path) == []
+
+
+def test_the_private_state_the_celery_layer_must_not_touch_exists() -> None:
+    """The names the check above guards are really JobContext's private fields (and stay that way)."""
+    private = {f.name for f in dataclasses.fields(JobContext) if f.name.startswith("_")}
+    assert {"_handle", "_cancelled", "_lost", "_task"} <= private
+    public = ("cancelled", "cancel", "attached", "raise_max_attempts", "flush_progress", "register_callback")
+    assert all(hasattr(JobContext, name) for name in public)
