@@ -9,7 +9,7 @@ job, so their writes commit exactly when the job's outcome does.
 The executor knows only its explicit collaborators (``Executor``): the
 worker's loop and handler threads, the handler pools, the hooks, and the
 completer, which takes every outcome and every report of one. It holds no
-reference to the ex.
+reference to the runtime.
 """
 
 from __future__ import annotations
