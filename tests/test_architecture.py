@@ -1,5 +1,9 @@
 """The worker's parts talk through narrow interfaces (docs/adr/002): what the source may not refer to.
 
+The worker's parts (every module but ``runtime.py`` and ``client.py``) and the layers above the
+worker (``awa_bridge/celery``, ``awa_django``, ``awa_sqlalchemy``) never import or name ``Runtime``;
+those layers never touch a job's private state (``job._x``).
+
 Read from the source with ``ast`` (no database): a back-reference to the whole runtime, or a
 layer reaching into a job's private state, is a dependency these tests refuse before it ships.
 """
@@ -17,6 +21,8 @@ from awa_bridge.worker.context import JobContext
 PACKAGE = Path(__file__).resolve().parents[1] / "awa_bridge"
 WORKER = PACKAGE / "worker"
 CELERY = sorted((PACKAGE / "celery").rglob("*.py"))
+# The layers on top of the worker: the Celery layer and the framework integrations.
+LAYERS = CELERY + sorted(p for name in ("awa_django", "awa_sqlalchemy") for p in (PACKAGE.parent / name).rglob("*.py"))
 # Only these construct or import the runtime: the runtime itself and the public Client that owns it.
 OWNERS_OF_THE_RUNTIME = {WORKER / "runtime.py", WORKER / "client.py"}
 JOB_NAMES = {"job", "ctx"}  # what the worker and the Celery layer call a JobContext
@@ -48,9 +54,9 @@ def _runtime_references(path: Path) -> list[str]:
 WORKER_PARTS = sorted(p for p in WORKER.rglob("*.py") if p not in OWNERS_OF_THE_RUNTIME)
 
 
-@pytest.mark.parametrize("path", WORKER_PARTS + CELERY, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_part_of_the_worker_and_no_celery_module_refers_to_the_runtime(path: Path) -> None:
-    assert _runtime_references(path) == [], f"{path.relative_to(PACKAGE)} reaches the whole runtime"
+@pytest.mark.parametrize("path", WORKER_PARTS + LAYERS, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_no_part_of_the_worker_and_no_layer_above_it_refers_to_the_runtime(path: Path) -> None:
+    assert _runtime_references(path) == [], f"{path.relative_to(PACKAGE.parent)} reaches the whole runtime"
 
 
 def test_the_checks_see_what_they_refuse(tmp_path: Path) -> None:
@@ -84,8 +90,8 @@ def _is_job(node: ast.expr | None) -> bool:
     )
 
 
-@pytest.mark.parametrize("path", CELERY, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_the_celery_layer_uses_only_the_public_job_api(path: Path) -> None:
+@pytest.mark.parametrize("path", LAYERS, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_the_layers_above_the_worker_use_only_the_public_job_api(path: Path) -> None:
     assert _private_job_attributes(path) == []
 
 
