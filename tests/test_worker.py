@@ -192,6 +192,32 @@ async def test_progress_persists_across_retries(make_client, db_url: str) -> Non
     assert job_row(db_url, job_id)["progress"]["message"] == "done"
 
 
+async def test_raise_max_attempts_from_sync_and_async_handlers(make_client, db_url: str) -> None:
+    """The public JobContext call the Celery layer uses: fenced by run_lease, bad numbers refused."""
+    client = make_client()
+    seen: list[Any] = []
+
+    @client.task("more_sync")
+    def more_sync(job):
+        try:
+            job.raise_max_attempts(1001)
+        except awa_bridge.ValidationError as exc:
+            seen.append(("refused", exc.field))
+        seen.append(("sync", job.attached, job.raise_max_attempts(40), job.raise_max_attempts(3), job.max_attempts))
+
+    @client.task("more_async")
+    async def more_async(job):
+        seen.append(("async", await job.raise_max_attempts(7)))
+
+    a = insert(db_url, {}, kind="more_sync", max_attempts=5)
+    b = insert(db_url, {}, kind="more_async", max_attempts=5)
+    await client.start(["default:2"])
+    await wait_until(lambda: all(job_state(db_url, i) == "completed" for i in (a, b)))
+    assert ("refused", "max_attempts") in seen
+    assert ("sync", True, 40, 40, 40) in seen and ("async", 7) in seen  # never lowered
+    assert (job_row(db_url, a)["max_attempts"], job_row(db_url, b)["max_attempts"]) == (40, 7)
+
+
 async def test_sync_handler_flushes_progress_from_its_thread(make_client, db_url: str) -> None:
     client = make_client()
     mid_flight: list[Any] = []

@@ -172,12 +172,17 @@ class JobContext:
     def raise_max_attempts(self, at_least: int) -> Any:
         """Give the job at least ``at_least`` attempts in all (fenced by run_lease); return its max_attempts.
 
-        For layers that count retries their own way (Celery's ``max_retries``):
-        a retry the layer allows must not be refused for want of an attempt. A superseded attempt
-        changes nothing (its max_attempts stays as it was).
-        From an async handler ``await`` it; from a sync handler it returns the number.
+        For layers that count retries their own way (Celery's ``max_retries``): a retry the
+        layer allows must not be refused for want of an attempt. A superseded attempt changes
+        nothing (its max_attempts stays as it was). A number outside 1..1000 raises
+        ``ValidationError`` before anything is written. From an async handler ``await`` it;
+        from a sync handler it returns the number.
         """
-        return self._on_worker_loop(lambda handle: handle.raise_max_attempts(self, at_least))
+        from ..enqueue import MAX_ATTEMPTS_RANGE
+        from ..validation import check_int
+
+        wanted = check_int("max_attempts", at_least, *MAX_ATTEMPTS_RANGE)
+        return self._on_worker_loop(lambda handle: handle.raise_max_attempts(self, wanted))
 
     def cancel(self) -> None:
         """Mark the attempt given up (``job.cancelled`` becomes True); the worker decides its outcome."""
