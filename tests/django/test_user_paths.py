@@ -124,6 +124,27 @@ def test_startproject_migrate_check_worker_and_an_enqueue_from_the_shell(project
     assert any(entry["message"].startswith("worker started") for entry in logged), err
 
 
+def test_manage_py_prints_the_tables_python_m_awa_bridge_prints(project: tuple[Path, str]) -> None:
+    """``python manage.py awa_queues stats`` / ``awa_cron list`` in a fresh project: the same tables,
+    byte for byte, as ``python -m awa_bridge queues stats`` / ``cron list`` (one drawing, in cli_core)."""
+    root, url = project
+    python = sys.executable
+    ok(run(root, python, "manage.py", "migrate"))
+    ok(run(root, python, "-m", "awa_bridge", "queues", "pause", "reports", "--create", "--database-url", url))
+    made = [
+        "cron", "create", "digest", "--cron", "0 8 * * *", "--kind", "mysite.jobs.greet", "--timezone", "Asia/Tokyo"
+    ]  # fmt: skip
+    ok(run(root, python, "-m", "awa_bridge", *made, "--database-url", url))
+    ok(run(root, python, "-m", "awa_bridge", "cron", "pause", "digest", "--by", "ops", "--database-url", url))
+    for managed, typed in ((["awa_queues", "stats"], ["queues", "stats"]), (["awa_cron", "list"], ["cron", "list"])):
+        django_out = ok(run(root, python, "manage.py", *managed))
+        cli_out = ok(run(root, python, "-m", "awa_bridge", *typed, "--database-url", url))
+        assert django_out == cli_out, (managed, django_out, cli_out)
+    assert "reports  yes" in ok(run(root, python, "manage.py", "awa_queues", "stats"))
+    listed = ok(run(root, python, "manage.py", "awa_cron", "list")).splitlines()
+    assert listed[0].split()[:3] == ["name", "source", "cron_expr"] and "yes (by ops)" in listed[1]
+
+
 def test_commands_on_an_unmigrated_project_say_to_migrate(project: tuple[Path, str]) -> None:
     root, _ = project
     for command in (["awa_jobs", "list"], ["awa_queues", "stats"], ["awa_cron", "list"], ["awa_worker"]):
