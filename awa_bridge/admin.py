@@ -85,9 +85,11 @@ __all__ = [
     "delete_job_async",
     "delete_jobs",
     "pause_queue",
+    "pause_queue_async",
     "queue_stats",
     "queue_stats_async",
     "resume_queue",
+    "resume_queue_async",
     "retry_failed",
     "retry_failed_async",
     "retry_job",
@@ -777,3 +779,13 @@ def queue_known(conn_or_url: Any, queue: str) -> bool:
 def resume_queue(conn_or_url: Any, queue: str) -> None:
     """Let workers claim on ``queue`` again."""
     _run(conn_or_url, _queue_op("resume_queue", {"queue": queue}))
+
+
+async def pause_queue_async(conn_or_url: Any, queue: str, paused_by: str | None = None) -> None:
+    """Async form of ``pause_queue``."""
+    await _run_async(conn_or_url, _queue_op("pause_queue", {"queue": queue, "paused_by": paused_by}))
+
+
+async def resume_queue_async(conn_or_url: Any, queue: str) -> None:
+    """Async form of ``resume_queue``."""
+    await _run_async(conn_or_url, _queue_op("resume_queue", {"queue": queue}))
