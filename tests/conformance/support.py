@@ -23,7 +23,7 @@ def rows(url: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
 
 def states(url: str) -> dict[int, str]:
     """Every committed job's state by id."""
-    return dict(rows(url, "SELECT id, state::text FROM awa.jobs ORDER BY id"))  # type: ignore[arg-type]
+    return dict(rows(url, "SELECT id, state::text FROM awa.jobs ORDER BY id"))
 
 
 def orders(url: str) -> list[str]:
@@ -63,7 +63,7 @@ async def refused(field: str, call: Awaitable[Any]) -> None:
 def sync_only(handle: Handle, call: Callable[[Any], Any]) -> None:
     """A documented sync-only operation on an async connection: UnsupportedConnection saying so."""
     assert handle.is_async
-    with pytest.raises(UnsupportedConnection, match="sync connection"):
+    with pytest.raises(UnsupportedConnection, match="a call without an async form needs a sync connection"):
         call(handle.conn)
 
 
