@@ -217,7 +217,9 @@ def migrate_connection(
     ``conn`` is a psycopg 3 ``Connection`` (in a transaction, or not in
     autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg or asyncpg
     dialect (psycopg2 takes the same DB-API path, untested; for an
-    ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``). It
+    ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``); any
+    other connection (asyncpg, a Session, Django's) is a TypeError saying
+    what to pass, before anything runs. It
     never commits: the advisory lock is released and the applied files
     become visible when the caller commits, and a rollback undoes them.
     With ``target`` (a file name such as ``"v001_schema.sql"``) only the
