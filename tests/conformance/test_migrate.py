@@ -28,19 +28,24 @@ RUN_SYNC = {"sqlalchemy-async-connection-asyncpg", "sqlalchemy-async-connection-
 async def fresh(request: pytest.FixtureRequest, make_database: Callable[[], str]) -> AsyncIterator[tuple[Handle, str]]:
     """A connection of each type on an empty database of its own (Django's alias pointed at it)."""
     url = make_database()
+    entry: dict[str, Any] = {}
     if request.param == "django":
         from django.db import connections
 
         from ..dbutil import django_database
 
         request.getfixturevalue("django_setup")
-        connections["default"].settings_dict.update(django_database(url))
+        entry = connections["default"].settings_dict
+        saved = dict(entry)
+        entry.update(django_database(url))
     handle = HANDLES[request.param]()
     await handle.open(url)
     try:
         yield handle, url
     finally:
         await handle.close()
+        if entry:
+            entry.update(saved)
 
 
 def applied(url: str) -> list[str]:
