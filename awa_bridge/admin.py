@@ -415,6 +415,13 @@ def retry_failed_report(conn_or_url: Any, kind: str | None = None, queue: str | 
     return _run(conn_or_url, _retry_failed(kind, queue, with_skipped=True))
 
 
+async def retry_failed_report_async(
+    conn_or_url: Any, kind: str | None = None, queue: str | None = None
+) -> tuple[int, int]:
+    """Async form of ``retry_failed_report``."""
+    return await _run_async(conn_or_url, _retry_failed(kind, queue, with_skipped=True))
+
+
 # -- set-based operations ------------------------------------------------------------------
 
 #: Jobs changed per statement (and per transaction when called with a URL).

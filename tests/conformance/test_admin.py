@@ -80,12 +80,14 @@ async def test_refusals_leave_the_callers_transaction_usable(handle: Handle, db_
 
 
 async def test_retry_failed_and_cancel_by_unique_key(handle: Handle, db_url: str) -> None:
-    failed = [insert(db_url, {"n": n}, kind="mail") for n in range(3)]
+    failed = [insert(db_url, {"n": n}, kind="mail", queue="a" if n else "b") for n in range(3)]
     for job_id in failed:
         force(db_url, job_id, "failed")
     held = insert(db_url, {"to": "a@b.c"}, kind="mail", unique=True)
     await handle.begin()
-    assert await handle.call(admin.retry_failed, admin.retry_failed_async, kind="mail") == 3
+    assert await handle.call(admin.retry_failed, admin.retry_failed_async, kind="mail", queue="a") == 2
+    report = await handle.call(admin.retry_failed_report, admin.retry_failed_report_async, kind="mail")
+    assert report == (1, 0)
     cancelled = await handle.call(
         admin.cancel_by_unique_key, admin.cancel_by_unique_key_async, "mail", args={"to": "a@b.c"}
     )

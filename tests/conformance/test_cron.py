@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from awa_bridge import JobState
+from awa_bridge import JobState, cron_edit
 from awa_bridge.cron import (
     PeriodicJob,
     ScheduleNotFound,
@@ -29,6 +29,7 @@ from awa_bridge.cron import (
     upsert_schedules,
     upsert_schedules_sync,
 )
+from awa_bridge.errors import ValidationError
 
 from ..drivers import Handle, sync_result
 from .support import refused, rows, still_usable, sync_only
@@ -107,3 +108,26 @@ async def test_operations_on_a_sync_connection_or_refused_on_an_async_one(handle
         get_schedule(handle.conn, "nightly")
     await still_usable(handle, db_url)
     assert schedules(db_url) == []
+
+
+async def test_database_schedules_are_edited_on_a_sync_connection(handle: Handle, db_url: str) -> None:
+    """``cron_edit`` (the operator's schedules) in the caller's transaction; declared ones are refused."""
+    await handle.begin()
+    await declare(handle, NIGHTLY)
+    await handle.commit()
+    if handle.is_async:
+        sync_only(handle, lambda conn: cron_edit.create_schedule(conn, HOURLY))
+        sync_only(handle, lambda conn: cron_edit.delete_schedule(conn, "nightly"))
+        assert schedules(db_url) == [("nightly", "30 2 * * *")]
+        return
+    await handle.begin()
+    sync_result(cron_edit.create_schedule(handle.conn, HOURLY))
+    sync_result(cron_edit.update_schedule(handle.conn, PeriodicJob("hourly", "15 * * * *", {}, kind="tick")))
+    with pytest.raises(ValidationError, match=r"^name: "):
+        cron_edit.create_schedule(handle.conn, HOURLY)
+    with pytest.raises(cron_edit.DeclaredSchedule) as info:
+        cron_edit.delete_schedule(handle.conn, "nightly")
+    assert (info.value.name, info.value.owner) == ("nightly", "app")
+    assert schedules(db_url) == [("nightly", "30 2 * * *")], "nothing is visible before the caller commits"
+    await handle.commit()
+    assert schedules(db_url) == [("hourly", "15 * * * *"), ("nightly", "30 2 * * *")]

@@ -57,8 +57,18 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     assert done == [{"id": low}], "a stale lease completes nothing"
     stale = await run_statement(handle, "complete_jobs", {"ids": [low], "leases": [1]})
     assert stale == [], "a completed job is not completed twice"
+    progress = {"id": high, "lease": 1, "progress": '{"done": 2}', "metadata": '{"k": "v"}'}
+    assert await run_statement(handle, "complete_job_with_progress", progress) == [{"id": high}]
+    [row] = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 5, "deadline_seconds": 30.0})
+    assert (row["id"], row["args"], row["run_lease"]) == (last, '{"n": 3}', 1)
+    result = {"id": last, "lease": 1, "progress": None, "metadata": "{}", "result": '{"total": 3}'}
+    assert await run_statement(handle, "complete_job_with_result", result) == [{"id": last}]
     await handle.commit()
-    assert states(db_url) == {low: "completed", high: "running", last: "available"}
+    assert states(db_url) == dict.fromkeys((low, high, last), "completed")
+    assert rows(db_url, "SELECT progress::text, metadata::text FROM awa.jobs WHERE id = %s", (high,)) == [
+        ('{"done": 2}', '{"k": "v", "m": 1}')
+    ]
+    assert rows(db_url, "SELECT job_id, result::text FROM awa.job_results") == [(last, '{"total": 3}')]
 
 
 def finish(job_id: int, state: str, **overrides: Any) -> dict[str, Any]:
