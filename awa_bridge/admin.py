@@ -85,9 +85,11 @@ __all__ = [
     "delete_job_async",
     "delete_jobs",
     "pause_queue",
+    "pause_queue_async",
     "queue_stats",
     "queue_stats_async",
     "resume_queue",
+    "resume_queue_async",
     "retry_failed",
     "retry_failed_async",
     "retry_job",
@@ -411,6 +413,13 @@ async def retry_failed_async(conn_or_url: Any, kind: str | None = None, queue: s
 def retry_failed_report(conn_or_url: Any, kind: str | None = None, queue: str | None = None) -> tuple[int, int]:
     """``retry_failed`` that also says how many failed jobs it left for unique-key reasons: (retried, skipped)."""
     return _run(conn_or_url, _retry_failed(kind, queue, with_skipped=True))
+
+
+async def retry_failed_report_async(
+    conn_or_url: Any, kind: str | None = None, queue: str | None = None
+) -> tuple[int, int]:
+    """Async form of ``retry_failed_report``."""
+    return await _run_async(conn_or_url, _retry_failed(kind, queue, with_skipped=True))
 
 
 # -- set-based operations ------------------------------------------------------------------
@@ -777,3 +786,13 @@ def queue_known(conn_or_url: Any, queue: str) -> bool:
 def resume_queue(conn_or_url: Any, queue: str) -> None:
     """Let workers claim on ``queue`` again."""
     _run(conn_or_url, _queue_op("resume_queue", {"queue": queue}))
+
+
+async def pause_queue_async(conn_or_url: Any, queue: str, paused_by: str | None = None) -> None:
+    """Async form of ``pause_queue``."""
+    await _run_async(conn_or_url, _queue_op("pause_queue", {"queue": queue, "paused_by": paused_by}))
+
+
+async def resume_queue_async(conn_or_url: Any, queue: str) -> None:
+    """Async form of ``resume_queue``."""
+    await _run_async(conn_or_url, _queue_op("resume_queue", {"queue": queue}))

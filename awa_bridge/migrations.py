@@ -123,26 +123,42 @@ class _AsyncpgLedger(_Ledger):
         self.await_only(self.conn.execute(sql))
 
 
+def _unsupported(conn: Any, hint: str) -> TypeError:
+    return TypeError(
+        "migrate_connection needs a psycopg Connection or a SQLAlchemy Connection (for an AsyncConnection: "
+        f"await conn.run_sync(migrate_connection)), got {type(conn).__module__}.{type(conn).__qualname__}; {hint}"
+    )
+
+
+def _sqlalchemy_ledger(conn: Any) -> _Ledger:
+    from sqlalchemy.engine import Connection
+
+    if not isinstance(conn, Connection):
+        raise _unsupported(conn, "for a Session pass session.connection()")
+    # SQLAlchemy begins the driver's transaction lazily, on the first
+    # statement it runs itself: run one, so what follows on the driver's
+    # connection is inside the caller's transaction.
+    conn.exec_driver_sql("SELECT 1")
+    raw = conn.connection.driver_connection
+    if type(raw).__module__.split(".")[0] == "asyncpg":
+        return _AsyncpgLedger(raw)
+    if type(raw).__name__ == "AsyncConnection":
+        # psycopg's async connection (under run_sync): SQLAlchemy's adapter is its sync DB-API face.
+        return _DBAPILedger(conn.connection.dbapi_connection)
+    return _DBAPILedger(raw)
+
+
 def _ledger(conn: Any) -> _Ledger:
     """The ledger runner for a psycopg / DB-API connection or a SQLAlchemy ``Connection``."""
     if isinstance(conn, _Ledger):
         return conn
     module = type(conn).__module__.split(".")[0]
     if module == "sqlalchemy":
-        if not hasattr(conn, "exec_driver_sql"):
-            raise TypeError(
-                f"migrate_connection needs a SQLAlchemy Connection, got {type(conn).__qualname__}; "
-                "for a Session pass session.connection(), for an AsyncConnection use "
-                "await conn.run_sync(migrate_connection)"
-            )
-        # SQLAlchemy begins the driver's transaction lazily, on the first
-        # statement it runs itself: run one, so what follows on the driver's
-        # connection is inside the caller's transaction.
-        conn.exec_driver_sql("SELECT 1")
-        raw = conn.connection.driver_connection
-        if type(raw).__module__.split(".")[0] == "asyncpg":
-            return _AsyncpgLedger(raw)
-        return _DBAPILedger(raw)
+        return _sqlalchemy_ledger(conn)
+    if module == "asyncpg" or type(conn).__name__ == "AsyncConnection":
+        raise _unsupported(conn, "the runner is synchronous: pass a psycopg Connection, or a SQLAlchemy one")
+    if module == "django":
+        raise _unsupported(conn, "with Django, run `manage.py migrate awa_django`")
     if module == "psycopg" and getattr(conn, "autocommit", False):
         from psycopg.pq import TransactionStatus
 
@@ -201,7 +217,9 @@ def migrate_connection(
     ``conn`` is a psycopg 3 ``Connection`` (in a transaction, or not in
     autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg or asyncpg
     dialect (psycopg2 takes the same DB-API path, untested; for an
-    ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``). It
+    ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``); any
+    other connection (asyncpg, a Session, Django's) is a TypeError saying
+    what to pass, before anything runs. It
     never commits: the advisory lock is released and the applied files
     become visible when the caller commits, and a rollback undoes them.
     With ``target`` (a file name such as ``"v001_schema.sql"``) only the

@@ -20,6 +20,7 @@ from awa_bridge import migrate
 from awa_bridge.embedded import start_embedded
 
 from .dbutil import EMPTY_AWA_TABLES, create_database, django_database, drop_database
+from .drivers import HANDLES, Handle
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +53,19 @@ def db_url(migrated_url: str) -> str:
         conn.execute("DROP TABLE IF EXISTS app_orders")
         conn.execute("CREATE TABLE app_orders (id serial PRIMARY KEY, note text NOT NULL)")
     return migrated_url
+
+
+@pytest.fixture(params=sorted(HANDLES))
+async def handle(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Handle]:
+    """The conformance suite's connection: one of every supported type (tests/drivers.py), opened on ``db_url``."""
+    if request.param == "django":
+        request.getfixturevalue("django_setup")
+    h = HANDLES[request.param]()
+    await h.open(db_url)
+    try:
+        yield h
+    finally:
+        await h.close()
 
 
 @pytest.fixture

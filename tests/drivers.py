@@ -29,6 +29,16 @@ class Handle:
     """Async facade over one driver; subclasses implement the steps."""
 
     name = ""
+    #: Whether the connection's statements are awaited: the documented async
+    #: twin of an operation is called on it, the sync name otherwise.
+    is_async = True
+    conn: Any
+
+    async def call(self, sync_fn: Callable[..., Any], async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``sync_fn(conn, ...)`` on a sync connection (never an awaitable back), else ``await async_fn(conn, ...)``."""
+        if self.is_async:
+            return await async_fn(self.conn, *args, **kwargs)
+        return sync_result(sync_fn(self.conn, *args, **kwargs))
 
     async def open(self, url: str) -> None: ...
     async def close(self) -> None: ...
@@ -101,6 +111,7 @@ class AsyncpgPoolHandle(AsyncpgHandle):
 
 class PsycopgHandle(Handle):
     name = "psycopg"
+    is_async = False
 
     async def open(self, url: str) -> None:
         import psycopg
@@ -176,21 +187,31 @@ class PsycopgAsyncHandle(Handle):
 
 
 class SQLAlchemyHandle(Handle):
-    """Sync SQLAlchemy on psycopg: a Connection or a Session."""
+    """Sync SQLAlchemy on psycopg: a Connection, a Session or a scoped_session."""
 
-    def __init__(self, use_session: bool) -> None:
-        self.use_session = use_session
-        self.name = "sqlalchemy-session" if use_session else "sqlalchemy-connection"
+    is_async = False
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.name = f"sqlalchemy-{kind}"
 
     async def open(self, url: str) -> None:
         from sqlalchemy import create_engine
-        from sqlalchemy.orm import Session
+        from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
         self.engine = create_engine(with_driver(url, "psycopg"))
-        self.conn = Session(self.engine) if self.use_session else self.engine.connect()
+        if self.kind == "session":
+            self.conn = Session(self.engine)
+        elif self.kind == "scoped-session":
+            self.conn = scoped_session(sessionmaker(self.engine))
+        else:
+            self.conn = self.engine.connect()
 
     async def close(self) -> None:
-        self.conn.close()
+        if self.kind == "scoped-session":
+            self.conn.remove()
+        else:
+            self.conn.close()
         self.engine.dispose()
 
     async def begin(self) -> None:
@@ -221,25 +242,32 @@ class SQLAlchemyHandle(Handle):
 
 
 class SQLAlchemyAsyncHandle(Handle):
-    """Async SQLAlchemy: an AsyncConnection or AsyncSession on asyncpg or psycopg."""
+    """Async SQLAlchemy on asyncpg or psycopg: an AsyncConnection, AsyncSession or async_scoped_session."""
 
-    def __init__(self, use_session: bool, dialect: str) -> None:
-        self.use_session = use_session
+    def __init__(self, kind: str, dialect: str) -> None:
+        self.kind = kind
         self.dialect = dialect
-        kind = "session" if use_session else "connection"
         self.name = f"sqlalchemy-async-{kind}-{dialect}"
 
     async def open(self, url: str) -> None:
-        from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+        from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker, create_async_engine
 
         self.engine = create_async_engine(with_driver(url, self.dialect))
-        if self.use_session:
+        if self.kind == "session":
             self.conn = AsyncSession(self.engine)
+        elif self.kind == "scoped-session":
+            # One scope for the whole test: pytest-asyncio may run the fixture
+            # and the test body in different tasks, which would be different
+            # sessions under the usual scopefunc=asyncio.current_task.
+            self.conn = async_scoped_session(async_sessionmaker(self.engine), scopefunc=lambda: self)
         else:
             self.conn = await self.engine.connect()
 
     async def close(self) -> None:
-        await self.conn.close()
+        if self.kind == "scoped-session":
+            await self.conn.remove()
+        else:
+            await self.conn.close()
         await self.engine.dispose()
 
     async def begin(self) -> None:
@@ -275,6 +303,7 @@ class DjangoHandle(Handle):
     """Django's default connection inside transaction.atomic()."""
 
     name = "django"
+    is_async = False
 
     async def open(self, url: str) -> None:
         from django.db import connections
@@ -327,11 +356,13 @@ HANDLES: dict[str, Callable[[], Handle]] = {
     "asyncpg-pool": AsyncpgPoolHandle,
     "psycopg": PsycopgHandle,
     "psycopg-async": PsycopgAsyncHandle,
-    "sqlalchemy-connection": lambda: SQLAlchemyHandle(use_session=False),
-    "sqlalchemy-session": lambda: SQLAlchemyHandle(use_session=True),
-    "sqlalchemy-async-connection-asyncpg": lambda: SQLAlchemyAsyncHandle(False, "asyncpg"),
-    "sqlalchemy-async-session-asyncpg": lambda: SQLAlchemyAsyncHandle(True, "asyncpg"),
-    "sqlalchemy-async-connection-psycopg": lambda: SQLAlchemyAsyncHandle(False, "psycopg"),
-    "sqlalchemy-async-session-psycopg": lambda: SQLAlchemyAsyncHandle(True, "psycopg"),
+    "sqlalchemy-connection": lambda: SQLAlchemyHandle("connection"),
+    "sqlalchemy-session": lambda: SQLAlchemyHandle("session"),
+    "sqlalchemy-scoped-session": lambda: SQLAlchemyHandle("scoped-session"),
+    "sqlalchemy-async-connection-asyncpg": lambda: SQLAlchemyAsyncHandle("connection", "asyncpg"),
+    "sqlalchemy-async-session-asyncpg": lambda: SQLAlchemyAsyncHandle("session", "asyncpg"),
+    "sqlalchemy-async-scoped-session-asyncpg": lambda: SQLAlchemyAsyncHandle("scoped-session", "asyncpg"),
+    "sqlalchemy-async-connection-psycopg": lambda: SQLAlchemyAsyncHandle("connection", "psycopg"),
+    "sqlalchemy-async-session-psycopg": lambda: SQLAlchemyAsyncHandle("session", "psycopg"),
     "django": DjangoHandle,
 }

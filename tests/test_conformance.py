@@ -11,7 +11,6 @@ import asyncio
 import inspect
 import json
 import threading
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -29,18 +28,6 @@ from .drivers import HANDLES, Handle
 class SendEmail:
     to: str
     subject: str
-
-
-@pytest.fixture(params=sorted(HANDLES))
-async def handle(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Handle]:
-    if request.param == "django":
-        request.getfixturevalue("django_setup")
-    h = HANDLES[request.param]()
-    await h.open(db_url)
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 def committed_jobs(url: str) -> int:

@@ -16,7 +16,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,10 @@ from awa_bridge.receipts import (
 )
 
 from .conftest import count_rows
-from .drivers import HANDLES, Handle
+from .drivers import Handle
 from .waiting import insert, job_row, job_state, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-SYNC = {"psycopg", "sqlalchemy-connection", "sqlalchemy-session", "django"}
 
 
 @pytest.fixture(scope="session")
@@ -108,23 +107,9 @@ def finish(value: Any) -> Any:
     raise RuntimeError("the coroutine suspended")
 
 
-@pytest.fixture(params=sorted(HANDLES))
-async def handle(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Handle]:
-    if request.param == "django":
-        request.getfixturevalue("django_setup")
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa.receipts")
-    h = HANDLES[request.param]()
-    await h.open(db_url)
-    try:
-        yield h
-    finally:
-        await h.close()
-
-
 async def call(h: Handle, *args: Any, **kwargs: Any) -> ExternalEffect:
     """external_effect (sync drivers) or external_effect_async, on the handle's connection."""
-    if h.name in SYNC:
+    if not h.is_async:
         record = kwargs.pop("record", None)
         wrapped = None if record is None else (lambda outcome: finish(record(outcome)))
         return external_effect(h.conn, *args, record=wrapped, **kwargs)

@@ -110,7 +110,11 @@ def detect_sync(conn: Any) -> SyncDriver:
         from .django import DjangoSync
 
         return DjangoSync(conn)
-    hint = "; this is an async connection: await the async API (await insert_job(...))" if kind else ""
+    hint = (
+        "; this is an async connection: await the async API (await insert_job(...)); "
+        "a call without an async form needs a sync connection (or a URL where it takes one)"
+    )
+    hint = hint if kind else ""
     raise _unsupported(conn, hint)
 
 

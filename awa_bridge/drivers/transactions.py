@@ -33,6 +33,8 @@ def _in_transaction(conn: Any, what: str) -> ValidationError:
 def committed_transaction(conn: Any) -> Iterator[None]:
     """``with committed_transaction(conn):`` runs the body in a transaction of its own and commits it."""
     kind = _classify(conn)
+    if kind == "sqlalchemy-scoped":
+        conn, kind = conn(), "sqlalchemy"  # the registry's Session, the one the statements run on
     if kind == "psycopg":
         from psycopg.pq import TransactionStatus
 
@@ -61,6 +63,8 @@ def committed_transaction(conn: Any) -> Iterator[None]:
 async def committed_transaction_async(conn: Any) -> AsyncIterator[None]:
     """``async with committed_transaction_async(conn):`` the async form of ``committed_transaction``."""
     kind = _classify(conn)
+    if kind == "sqlalchemy-async-scoped":
+        conn, kind = conn(), "sqlalchemy-async"
     if kind == "asyncpg":
         if conn.is_in_transaction():
             raise _in_transaction(conn, "asyncpg is_in_transaction() is true")
