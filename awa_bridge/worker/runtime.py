@@ -24,11 +24,12 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..drivers.connect import create_pool, create_sync_pool
 from ..errors import ValidationError
 from ..sql import QUERIES
-from .aio import keep_session, sleep_unless
+from .aio import sleep_unless
 from .completer import Completer
 from .config import QueueConfig, WorkerConfig
 from .context import JobContext
@@ -43,6 +44,10 @@ from .registry import Registry
 from .rollup import Rollup
 from .scheduling import TokenBucket, weighted_allowance
 from .threads import DaemonThreadPool
+
+if TYPE_CHECKING:
+    from ..drivers.asyncpg import AsyncpgPool
+    from ..drivers.psycopg import PsycopgPool
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -111,8 +116,8 @@ class Runtime:
         self.instance_id = uuid.uuid4()
         self.services: list[asyncio.Task[Any]] = []
         self.attempts: set[asyncio.Task[Any]] = set()
-        self._sync_pool: Any = None
-        self._tx_pool: Any = None
+        self._sync_pool: PsycopgPool | None = None
+        self._tx_pool: AsyncpgPool | None = None
         self._tx_pool_lock = asyncio.Lock()
         self._process_pools: dict[str, Any] = {}
         self._process_pools_lock = threading.Lock()
@@ -141,22 +146,16 @@ class Runtime:
                 ) from None
 
     async def start(self) -> None:
-        import asyncpg
-
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         size = max(4, len(self.queues) + 3)
-        # reset=keep_session: this pool runs only the runtime's own statements
+        # keep_session: this pool runs only the runtime's own statements
         # (claims, completions, progress, callbacks, counters): none leaves session
         # state behind, so asyncpg's reset round trip on every release (RESET ALL,
         # UNLISTEN *, ...) would only cost a round trip per claim and per
         # completion batch. An open transaction is still rolled back on release.
-        self.pool = await asyncpg.create_pool(
-            self.database_url,
-            min_size=2,
-            max_size=size,
-            server_settings={"application_name": "awa-worker"},
-            reset=keep_session,
+        self.pool = await create_pool(
+            self.database_url, min_size=2, max_size=size, application_name="awa-worker", keep_session=True
         )
         sync_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(sync_slots, 256))
@@ -241,8 +240,8 @@ class Runtime:
             query = QUERIES["release_jobs"]
             params = {"ids": [i for i, _ in held], "leases": [lease for _, lease in held]}
             try:
-                async with self.pool.acquire() as conn:
-                    rows = await conn.fetch(query.numeric, *query.positional(params))
+                async with self.pool.acquire() as db:
+                    rows = await db.fetch(query, params)
                 log.warning("drain timeout: released %d unfinished job(s) for prompt retry", len(rows))
             except Exception as exc:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
@@ -277,11 +276,11 @@ class Runtime:
                 params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
                 state.pending = want
                 try:
-                    async with self.pool.acquire() as conn:
+                    async with self.pool.acquire() as db:
                         if q.priority_aging and time.monotonic() >= state.next_aging:
-                            await age_priorities(conn, q.name, q.priority_aging)
+                            await age_priorities(db, q.name, q.priority_aging)
                             state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
-                        rows = await conn.fetch(query.numeric, *query.positional(params))
+                        rows = await db.fetch(query, params)
                     failures = 0
                 except Exception as exc:
                     state.pending = 0
@@ -447,10 +446,8 @@ class Runtime:
     async def flush_progress(self, ctx: JobContext) -> None:
         from .completer import complete_params
 
-        query = QUERIES["flush_progress"]
-        params = complete_params(ctx)
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(query.numeric, *query.positional(params))
+        async with self.pool.acquire() as db:
+            row = await db.fetch_one(QUERIES["flush_progress"], complete_params(ctx))
         ctx._raise_if_stale(row is not None)
         ctx.mark_flushed()
 
@@ -463,15 +460,10 @@ class Runtime:
         A handler holds its connection for its whole run; sharing the pool
         used for claims and completions would let slow handlers starve them.
         """
-        import asyncpg
-
         async with self._tx_pool_lock:
             if self._tx_pool is None:
-                self._tx_pool = await asyncpg.create_pool(
-                    self.database_url,
-                    min_size=1,
-                    max_size=self._handler_pool_size(),
-                    server_settings={"application_name": "awa-handler"},
+                self._tx_pool = await create_pool(
+                    self.database_url, min_size=1, max_size=self._handler_pool_size(), application_name="awa-handler"
                 )
         return self._tx_pool
 
@@ -479,37 +471,25 @@ class Runtime:
         import uuid
 
         callback_id = str(uuid.uuid4())
-        query = QUERIES["register_callback"]
         params = {"callback_id": callback_id, "timeout_seconds": timeout, "id": ctx.id, "lease": ctx.run_lease}
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(query.numeric, *query.positional(params))
+        async with self.pool.acquire() as db:
+            row = await db.fetch_one(QUERIES["register_callback"], params)
         ctx._raise_if_stale(row is not None)
         ctx.callback_id = callback_id
         return callback_id
 
-    @contextlib.contextmanager
-    def sync_connection(self) -> Iterator[Any]:
-        """A psycopg connection for sync transactional handlers (pooled)."""
-        from psycopg_pool import ConnectionPool
-
+    def _sync_handler_pool(self) -> PsycopgPool:
         with self.inflight_lock:
             if self._sync_pool is None:
-                self._sync_pool = ConnectionPool(
-                    self.database_url,
-                    min_size=1,
-                    max_size=self._handler_pool_size(),
-                    open=True,
-                    # A connection the server dropped while idle would cost a handler its attempt.
-                    check=ConnectionPool.check_connection,
-                    kwargs={"application_name": "awa-handler"},
+                self._sync_pool = create_sync_pool(
+                    self.database_url, min_size=1, max_size=self._handler_pool_size(), application_name="awa-handler"
                 )
-        with self._sync_pool.connection() as conn:
-            yield conn
+            return self._sync_pool
 
     @contextlib.contextmanager
     def sync_transaction(self) -> Iterator[Any]:
         """The default transaction of sync transactional handlers: psycopg, from the pool."""
-        with self.sync_connection() as conn, conn.transaction():
+        with self._sync_handler_pool().transaction() as conn:
             yield conn
 
     async def wait_idle(self, poll: float = 0.05) -> None:
