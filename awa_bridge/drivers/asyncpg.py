@@ -9,7 +9,7 @@ by column name, no copy into dicts: the claim and completion hot path),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..sql import Query
@@ -35,16 +35,19 @@ class Asyncpg:
         await self.conn.copy_records_to_table(name, schema_name=schema or None, columns=list(columns), records=rows)
 
     async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
-        await self.conn.execute(query.numeric, *query.positional(params or {}))
+        await self.conn.execute(query.numeric, *query.positional(params or {}))  # status text dropped
 
-    async def fetch(self, query: Query, params: dict[str, Any] | None = None) -> list[Record]:
+    # fetch, fetch_one and execute hand back asyncpg's own awaitable (plain ``def``): no
+    # coroutine of ours per statement on the claim and completion path.
+
+    def fetch(self, query: Query, params: dict[str, Any] | None = None) -> Awaitable[list[Record]]:
         """The rows as asyncpg's ``Record`` objects (``row["id"]``), not copied into dicts."""
-        rows: list[Record] = await self.conn.fetch(query.numeric, *query.positional(params or {}))
+        rows: Awaitable[list[Record]] = self.conn.fetch(query.numeric, *query.positional(params or {}))
         return rows
 
-    async def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Record | None:
+    def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Awaitable[Record | None]:
         """The first row, or None (asyncpg's ``fetchrow``: the same single round trip)."""
-        row: Record | None = await self.conn.fetchrow(query.numeric, *query.positional(params or {}))
+        row: Awaitable[Record | None] = self.conn.fetchrow(query.numeric, *query.positional(params or {}))
         return row
 
     async def execute_script(self, sql: str) -> None:
@@ -106,8 +109,9 @@ class _Acquired:
     async def __aenter__(self) -> Asyncpg:
         return Asyncpg(await self.context.__aenter__())
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.context.__aexit__(*exc)
+    def __aexit__(self, *exc: object) -> Awaitable[None]:
+        done: Awaitable[None] = self.context.__aexit__(*exc)  # asyncpg's own awaitable, not wrapped
+        return done
 
 
 def as_asyncpg(conn: Any) -> Asyncpg:
