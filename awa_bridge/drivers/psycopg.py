@@ -115,6 +115,12 @@ class PsycopgPool:
         self.pool = pool
 
     @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled psycopg connection (autocommit off), returned to the pool on exit."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A pooled psycopg connection (the raw one: handlers get it as ``job.conn``) inside a
         transaction, committed on a clean exit."""

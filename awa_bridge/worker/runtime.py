@@ -487,6 +487,12 @@ class Runtime:
             return self._sync_pool
 
     @contextlib.contextmanager
+    def sync_connection(self) -> Iterator[Any]:
+        """A psycopg connection for sync transactional handlers (pooled; the Celery layer's retries)."""
+        with self._sync_handler_pool().connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
     def sync_transaction(self) -> Iterator[Any]:
         """The default transaction of sync transactional handlers: psycopg, from the pool."""
         with self._sync_handler_pool().transaction() as conn:
