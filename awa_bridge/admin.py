@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from .args import canonical_json, coerce_args
-from .drivers import detect_async, detect_sync
+from .drivers.connect import async_driver_for, sync_driver_for
 from .enqueue import row_to_job
 from .errors import (
     ForeignSchema,
@@ -169,15 +169,8 @@ def _translate(exc: Exception, op: _Op[Any]) -> Exception | None:
 def _run(conn_or_url: Any, op: _Op[T]) -> T:
     query = QUERIES[op.query]
     try:
-        if isinstance(conn_or_url, str):
-            import psycopg
-
-            from .drivers.psycopg import PsycopgSync
-
-            with psycopg.connect(conn_or_url, autocommit=True) as conn:
-                rows = PsycopgSync(conn).fetch_all(query, op.params)
-        else:
-            rows = detect_sync(conn_or_url).fetch_all(query, op.params)
+        with sync_driver_for(conn_or_url) as driver:
+            rows = driver.fetch_all(query, op.params)
     except Exception as exc:
         mapped = _translate(exc, op)
         if mapped is None:
@@ -189,15 +182,8 @@ def _run(conn_or_url: Any, op: _Op[T]) -> T:
 async def _run_async(conn_or_url: Any, op: _Op[T]) -> T:
     query = QUERIES[op.query]
     try:
-        if isinstance(conn_or_url, str):
-            import psycopg
-
-            from .drivers.psycopg import PsycopgAsync
-
-            async with await psycopg.AsyncConnection.connect(conn_or_url, autocommit=True) as conn:
-                rows = await PsycopgAsync(conn).fetch_all(query, op.params)
-        else:
-            rows = await detect_async(conn_or_url).fetch_all(query, op.params)
+        async with async_driver_for(conn_or_url) as driver:
+            rows = await driver.fetch_all(query, op.params)
     except Exception as exc:
         mapped = _translate(exc, op)
         if mapped is None:
@@ -586,14 +572,8 @@ def _run_bulk(conn_or_url: Any, loop: _Bulk) -> BulkResult:
                 break
         return loop.result()
 
-    if isinstance(conn_or_url, str):
-        import psycopg
-
-        from .drivers.psycopg import PsycopgSync
-
-        with psycopg.connect(conn_or_url, autocommit=True) as conn:  # each batch commits on its own
-            return go(PsycopgSync(conn))
-    return go(detect_sync(conn_or_url))
+    with sync_driver_for(conn_or_url) as driver:  # on a URL each batch commits on its own
+        return go(driver)
 
 
 async def _run_bulk_async(conn_or_url: Any, loop: _Bulk) -> BulkResult:
@@ -605,14 +585,8 @@ async def _run_bulk_async(conn_or_url: Any, loop: _Bulk) -> BulkResult:
                 break
         return loop.result()
 
-    if isinstance(conn_or_url, str):
-        import psycopg
-
-        from .drivers.psycopg import PsycopgAsync
-
-        async with await psycopg.AsyncConnection.connect(conn_or_url, autocommit=True) as conn:
-            return await go(PsycopgAsync(conn))
-    return await go(detect_async(conn_or_url))
+    async with async_driver_for(conn_or_url) as driver:
+        return await go(driver)
 
 
 def retry_jobs(

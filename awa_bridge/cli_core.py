@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from . import admin, cron
 from .cli_support import UsageError, format_errors, print_table
+from .drivers.connect import sync_driver_for
 from .enqueue import row_to_job
 from .errors import JobNotFound, ValidationError
 from .sql import QUERIES
@@ -47,16 +48,8 @@ _OPERATIONS: dict[str, _JobOperation] = {
 
 
 def _fetch(target: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(target, str):
-        import psycopg
-
-        from .drivers.psycopg import PsycopgSync
-
-        with psycopg.connect(target, autocommit=True) as conn:
-            return PsycopgSync(conn).fetch_all(QUERIES[query], params)
-    from .drivers import detect_sync
-
-    return detect_sync(target).fetch_all(QUERIES[query], params)
+    with sync_driver_for(target) as driver:
+        return driver.fetch_all(QUERIES[query], params)
 
 
 def describe(job: Job) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from .drivers.connect import url_problem
+from .drivers.errors import describe_connection_failure
 from .errors import AwaError, SchemaNotMigrated, missing_schema
 
 
@@ -42,14 +43,10 @@ def check_database_url(url: str) -> None:
                 f"the database URL has the SQLAlchemy scheme {scheme!r}; give the plain postgresql:// form"
             )
         raise UsageError(f"the database URL must start with postgresql://, got {scheme}://...")
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        conninfo_to_dict(url)
-    except ProgrammingError as exc:
+    problem = url_problem(url)
+    if problem is not None:
         expected = "expected postgresql://USER@HOST:PORT/DBNAME"
-        raise UsageError(f"the database URL is not valid ({str(exc).strip()}); {expected}") from None
+        raise UsageError(f"the database URL is not valid ({problem}); {expected}")
 
 
 def describe_failure(exc: BaseException) -> str | None:
@@ -59,17 +56,7 @@ def describe_failure(exc: BaseException) -> str | None:
     schema = exc if isinstance(exc, SchemaNotMigrated) else missing_schema(exc)
     if schema is not None:
         return str(schema)
-    if type(exc).__module__.split(".")[0] == "psycopg":
-        import psycopg
-
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, psycopg.OperationalError):
-            return f"cannot reach the database: {first}"
-        if isinstance(exc, psycopg.ProgrammingError) and "connection" in first:
-            return f"the database URL is not valid: {first}"
-    if isinstance(exc, (ConnectionError, socket.gaierror)):  # asyncpg's connect: refused, unknown host
-        return f"cannot reach the database: {exc}"
-    return None
+    return describe_connection_failure(exc)
 
 
 def print_table(

@@ -396,11 +396,11 @@ def _run(conn_or_url: Any, work: Callable[[Any, Any], T]) -> T:
     from .drivers import detect_sync
 
     if isinstance(conn_or_url, str):
-        import psycopg
+        from .drivers.connect import connect_sync
 
-        with psycopg.connect(conn_or_url) as conn:
-            result = work(detect_sync(conn), conn)
-            conn.commit()
+        with connect_sync(conn_or_url, autocommit=False) as db:
+            result = work(db, db.conn)
+            db.commit()
             return result
     return work(detect_sync(conn_or_url), conn_or_url)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from .drivers.connect import sync_driver_for
 from .sql import QUERIES
 
 __all__ = ["Throughput", "WorkerInfo", "buckets", "has_relation", "oldest_waiting", "throughput", "workers"]
@@ -57,16 +58,8 @@ class WorkerInfo:
 
 
 def _fetch(conn_or_url: Any, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(conn_or_url, str):
-        import psycopg
-
-        from .drivers.psycopg import PsycopgSync
-
-        with psycopg.connect(conn_or_url, autocommit=True) as conn:
-            return PsycopgSync(conn).fetch_all(QUERIES[query], params)
-    from .drivers import detect_sync
-
-    return detect_sync(conn_or_url).fetch_all(QUERIES[query], params)
+    with sync_driver_for(conn_or_url) as driver:
+        return driver.fetch_all(QUERIES[query], params)
 
 
 def has_relation(conn_or_url: Any, name: str) -> bool:

@@ -55,12 +55,10 @@ async def check_async(driver: Any, message: str) -> None:
 
 async def refuse_worker_on_awa_pg(database_url: str) -> None:
     """The worker's start-up check: one connection, one read, before anything else runs."""
-    import asyncpg
+    from .drivers.connect import connect_async
 
-    from .drivers.asyncpg import Asyncpg
-
-    conn = await asyncpg.connect(database_url)
+    db = await connect_async(database_url)
     try:
-        await check_async(Asyncpg(conn), WORKER_REFUSAL)
+        await check_async(db, WORKER_REFUSAL)
     finally:
-        await conn.close()
+        await db.close()

@@ -19,10 +19,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .drivers.connect import connect_sync
 from .errors import MIGRATE_HINT, ForeignSchema, MigrationChecksumMismatch, SchemaNotMigrated
 from .sql import QUERIES
+
+if TYPE_CHECKING:
+    from .drivers.base import SyncDriver
 
 _FILE_NAME = re.compile(r"^v(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -54,75 +58,6 @@ def load_migrations(directory: Path | None = None) -> list[Migration]:
     return [Migration(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 
-class _Ledger:
-    """Runs the migration runner's statements on one connection, in its current transaction.
-
-    Two operations: ``fetch`` runs a named query from ``queries.sql`` and
-    returns tuples; ``script`` runs a whole migration file (several
-    statements, dollar-quoted bodies) with no parameters.
-    """
-
-    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def script(self, sql: str) -> None:
-        raise NotImplementedError
-
-
-class _DBAPILedger(_Ledger):
-    """A pyformat DB-API connection: psycopg 3 (psycopg2 under SQLAlchemy would take this path too)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def _cursor(self) -> Any:
-        if type(self.conn).__module__.split(".")[0] == "psycopg":
-            from psycopg.rows import tuple_row
-
-            # Whatever row factory the caller's connection has, the ledger reads tuples.
-            return self.conn.cursor(row_factory=tuple_row)
-        return self.conn.cursor()
-
-    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        cursor = self._cursor()
-        try:
-            cursor.execute(QUERIES[query].pyformat, params)
-            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
-        finally:
-            cursor.close()
-
-    def script(self, sql: str) -> None:
-        # No parameters: the driver sends the text as is (simple protocol), so a
-        # file may hold many statements and literal % signs.
-        cursor = self._cursor()
-        try:
-            cursor.execute(sql)
-        finally:
-            cursor.close()
-
-
-class _AsyncpgLedger(_Ledger):
-    """asyncpg under a sync SQLAlchemy ``Connection`` (``AsyncConnection.run_sync``, Alembic's async env).
-
-    SQLAlchemy runs that code in a greenlet, where ``await_only`` may wait on
-    the asyncpg coroutines.
-    """
-
-    def __init__(self, conn: Any) -> None:
-        from sqlalchemy.util import await_only
-
-        self.conn = conn
-        self.await_only = await_only
-
-    def fetch(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        compiled = QUERIES[query]
-        rows = self.await_only(self.conn.fetch(compiled.numeric, *compiled.positional(params or {})))
-        return [tuple(row) for row in rows]
-
-    def script(self, sql: str) -> None:
-        self.await_only(self.conn.execute(sql))
-
-
 def _unsupported(conn: Any, hint: str) -> TypeError:
     return TypeError(
         "migrate_connection needs a psycopg Connection or a SQLAlchemy Connection (for an AsyncConnection: "
@@ -130,52 +65,35 @@ def _unsupported(conn: Any, hint: str) -> TypeError:
     )
 
 
-def _sqlalchemy_ledger(conn: Any) -> _Ledger:
-    from sqlalchemy.engine import Connection
+def _driver(conn: Any) -> SyncDriver:
+    """The driver for a psycopg connection or a SQLAlchemy ``Connection`` (in the caller's transaction)."""
+    from .drivers import detect_sync
 
-    if not isinstance(conn, Connection):
-        raise _unsupported(conn, "for a Session pass session.connection()")
-    # SQLAlchemy begins the driver's transaction lazily, on the first
-    # statement it runs itself: run one, so what follows on the driver's
-    # connection is inside the caller's transaction.
-    conn.exec_driver_sql("SELECT 1")
-    raw = conn.connection.driver_connection
-    if type(raw).__module__.split(".")[0] == "asyncpg":
-        return _AsyncpgLedger(raw)
-    if type(raw).__name__ == "AsyncConnection":
-        # psycopg's async connection (under run_sync): SQLAlchemy's adapter is its sync DB-API face.
-        return _DBAPILedger(conn.connection.dbapi_connection)
-    return _DBAPILedger(raw)
-
-
-def _ledger(conn: Any) -> _Ledger:
-    """The ledger runner for a psycopg / DB-API connection or a SQLAlchemy ``Connection``."""
-    if isinstance(conn, _Ledger):
-        return conn
     module = type(conn).__module__.split(".")[0]
-    if module == "sqlalchemy":
-        return _sqlalchemy_ledger(conn)
+    if module == "sqlalchemy" and not hasattr(conn, "exec_driver_sql"):
+        raise _unsupported(conn, "for a Session pass session.connection()")
     if module == "asyncpg" or type(conn).__name__ == "AsyncConnection":
         raise _unsupported(conn, "the runner is synchronous: pass a psycopg Connection, or a SQLAlchemy one")
     if module == "django":
         raise _unsupported(conn, "with Django, run `manage.py migrate awa_django`")
-    if module == "psycopg" and getattr(conn, "autocommit", False):
-        from psycopg.pq import TransactionStatus
+    if module == "psycopg":
+        from .drivers.psycopg import idle_in_autocommit
 
-        if conn.info.transaction_status == TransactionStatus.IDLE:
+        if idle_in_autocommit(conn):
             raise ValueError(
                 "migrate_connection needs a transaction: this psycopg connection is in autocommit mode "
                 "with none open; call it inside `with conn.transaction():`"
             )
-    return _DBAPILedger(conn)
+    return detect_sync(conn)
 
 
-def _refuse_foreign(ledger: _Ledger) -> None:
+def _present(driver: SyncDriver, relation: str) -> bool:
+    return bool(driver.fetch_all(QUERIES["relation_exists"], {"name": relation})[0]["present"])
+
+
+def _refuse_foreign(driver: SyncDriver) -> None:
     """Raise ``ForeignSchema`` on a database the real Awa migrated (its schema is not ours to change)."""
-    if (
-        ledger.fetch("relation_exists", {"name": "awa.schema_version"})[0][0]
-        and ledger.fetch("awa_schema_version_rows")[0][0]
-    ):
+    if _present(driver, "awa.schema_version") and driver.fetch_all(QUERIES["awa_schema_version_rows"])[0]["n"]:
         raise ForeignSchema(
             "this database was migrated by the real Awa (awa.schema_version has rows); "
             "awa_bridge will not change its schema. Use awa-pg's own migrations for it; "
@@ -185,11 +103,14 @@ def _refuse_foreign(ledger: _Ledger) -> None:
 
 def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
     """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
-    ledger = _ledger(conn)
-    _refuse_foreign(ledger)
-    if not ledger.fetch("relation_exists", {"name": "awa.bridge_migrations"})[0][0]:
+    return _pending(_driver(conn), available)
+
+
+def _pending(driver: SyncDriver, available: list[Migration]) -> list[Migration]:
+    _refuse_foreign(driver)
+    if not _present(driver, "awa.bridge_migrations"):
         return list(available)
-    applied = dict(ledger.fetch("applied_migrations"))
+    applied = {row["name"]: row["checksum"] for row in driver.fetch_all(QUERIES["applied_migrations"])}
     known = {m.name: m for m in available}
     unknown = sorted(set(applied) - set(known))
     if unknown:
@@ -230,17 +151,17 @@ def migrate_connection(
     available = load_migrations(directory)
     if target is not None and target not in {m.name for m in available}:
         raise FileNotFoundError(f"no migration file named {target!r} in {directory or migrations_dir()}")
-    ledger = _ledger(conn)
-    ledger.fetch("migration_lock")
-    pending = pending_migrations(ledger, available)
+    driver = _driver(conn)
+    driver.execute(QUERIES["migration_lock"])
+    pending = _pending(driver, available)
     if target is not None:
         pending = [m for m in pending if m.name <= target]
     if dry_run or not pending:
         return [m.name for m in pending]
-    ledger.script(QUERIES["create_migration_ledger"].pyformat)
+    driver.execute_script(QUERIES["create_migration_ledger"].pyformat)
     for migration in pending:
-        ledger.script(migration.sql)
-        ledger.fetch("record_migration", {"name": migration.name, "checksum": migration.checksum})
+        driver.execute_script(migration.sql)
+        driver.execute(QUERIES["record_migration"], {"name": migration.name, "checksum": migration.checksum})
     return [m.name for m in pending]
 
 
@@ -252,10 +173,10 @@ def drop_schema_connection(conn: Any) -> None:
     ``ForeignSchema``, a database the real Awa migrated. Same connections as
     ``migrate_connection``.
     """
-    ledger = _ledger(conn)
-    ledger.fetch("migration_lock")
-    _refuse_foreign(ledger)
-    ledger.script(QUERIES["drop_awa_schema"].pyformat)
+    driver = _driver(conn)
+    driver.execute(QUERIES["migration_lock"])
+    _refuse_foreign(driver)
+    driver.execute_script(QUERIES["drop_awa_schema"].pyformat)
 
 
 def migration_script(name: str, directory: Path | None = None) -> list[str]:
@@ -285,11 +206,9 @@ def require_schema(database_url: str) -> None:
     one line saying what to run, instead of a loop of failing statements. A
     database the real Awa migrated passes: its own migrations keep it current.
     """
-    import psycopg
-
-    with psycopg.connect(database_url, autocommit=False) as conn, conn.transaction():
+    with connect_sync(database_url, autocommit=False) as db, db.transaction():
         try:
-            pending = pending_migrations(conn, load_migrations())
+            pending = _pending(db, load_migrations())
         except ForeignSchema:
             return
     if pending:
@@ -299,7 +218,5 @@ def require_schema(database_url: str) -> None:
 
 def migrate(database_url: str, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:
     """Bring the database up to date; return the names of the files applied (or pending, on a dry run)."""
-    import psycopg
-
-    with psycopg.connect(database_url, autocommit=False) as conn, conn.transaction():
-        return migrate_connection(conn, dry_run=dry_run, directory=directory)
+    with connect_sync(database_url, autocommit=False) as db, db.transaction():
+        return migrate_connection(db.conn, dry_run=dry_run, directory=directory)

@@ -39,6 +39,7 @@ from django.utils.html import format_html, format_html_join
 from awa_bridge import AwaError, ForeignSchema, foreign
 from awa_bridge import admin as ops
 from awa_bridge.drivers import detect_sync
+from awa_bridge.drivers.django import planner_rows
 from awa_bridge.sql import QUERIES
 
 from .admin_actions import log_action, operator_of, plain_filter, run_set_action
@@ -90,12 +91,7 @@ def _planner_estimate(queryset: Any) -> int | None:
         sql, params = queryset.order_by().query.sql_with_params()
     except Exception:  # an empty result set (EmptyResultSet) and the like
         return None
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+    return planner_rows(connections[queryset.db], sql, params)
 
 
 def _names(query: str, alias: str) -> list[str]:

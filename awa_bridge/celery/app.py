@@ -451,9 +451,9 @@ class Awa:
         """This thread's autocommit psycopg connection to the app's database (opened on first use)."""
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            import psycopg
+            from ..drivers.connect import connect_sync
 
-            conn = psycopg.connect(self.database_url, autocommit=True, application_name="awa-celery")
+            conn = connect_sync(self.database_url, application_name="awa-celery").conn
             self._local.conn = conn
             with self._connections_lock:
                 self._connections = [c for c in self._connections if not c.closed]

@@ -1,4 +1,19 @@
-"""The tiny internal driver protocol (sync and async)."""
+"""The small internal driver interface (sync and async).
+
+Two layers:
+
+* ``SyncDriver`` / ``AsyncDriver``: what every supported caller connection
+  offers (asyncpg, psycopg, SQLAlchemy, Django): ``fetch_all`` (a named
+  ``Query`` -> rows as dicts), ``execute`` (rows not read), ``copy_rows``
+  (COPY into a table), and for sync connections ``execute_script`` (a whole
+  SQL file, several statements, no parameters: the migrations).
+* The connections the bridge opens itself (``connect.py``) are asyncpg for the
+  worker and psycopg for the CLI, the heartbeat and migrations. Their adapters
+  (``Asyncpg``, ``PsycopgSync``) add what the worker needs: ``fetch`` (rows
+  as the driver returns them, read by column name, with no copy into dicts:
+  the claim and completion hot path), ``fetch_one``, ``transaction()``,
+  ``listen`` (asyncpg) and closing.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +32,11 @@ class SyncDriver(Protocol):
 
     def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]: ...
 
+    def execute(self, query: Query, params: dict[str, Any] | None = None) -> None: ...
+
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def execute_script(self, sql: str) -> None: ...
 
 
 class AsyncDriver(Protocol):
@@ -26,6 +45,8 @@ class AsyncDriver(Protocol):
     name: str
 
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]: ...
+
+    async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None: ...
 
     async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None: ...
 

@@ -28,6 +28,14 @@ class DjangoSync:
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
+    def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.execute(query.pyformat, params)
+
+    def execute_script(self, sql: str) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.cursor.execute(sql)  # the driver's cursor: no parameters, many statements
+
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cursor:
             raw = cursor.cursor  # the driver's cursor inside Django's wrapper
@@ -36,3 +44,15 @@ class DjangoSync:
             with raw.copy(copy_statement(table, columns)) as copy:
                 for row in rows:
                     copy.write_row(row)
+
+
+def planner_rows(conn: Any, sql: str, params: Sequence[Any]) -> int:
+    """The planner's row estimate for a queryset's SQL (``EXPLAIN``, nothing runs), for the admin."""
+    import json
+
+    with conn.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])

@@ -1,11 +1,18 @@
-"""psycopg 3 adapters (sync and async); also the target SQLAlchemy and Django unwrap to for COPY."""
+"""psycopg 3 adapters (sync and async); also the target SQLAlchemy and Django unwrap to for COPY.
+
+``PsycopgSync`` also serves the connections the bridge opens itself (the
+CLI, the heartbeat, migrations: see ``connect.py``): there it adds
+``transaction()``, ``commit()`` and closing, and ``with db:`` behaves like
+psycopg's ``with conn:`` (commit on a clean exit, then close).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from psycopg.pq import ExecStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row
 
 from ..sql import Query
@@ -18,6 +25,11 @@ def _has_rows(cursor: Any) -> bool:
     # Cheaper than ``cursor.description``, which builds a Column per column on each access.
     result = cursor.pgresult
     return result is not None and result.status == TUPLES_OK
+
+
+def idle_in_autocommit(conn: Any) -> bool:
+    """A psycopg connection in autocommit mode with no transaction open."""
+    return bool(getattr(conn, "autocommit", False)) and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 class PsycopgSync:
@@ -37,6 +49,37 @@ class PsycopgSync:
             for row in rows:
                 copy.write_row(row)
 
+    def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
+        self.conn.execute(query.pyformat, params)
+
+    def execute_script(self, sql: str) -> None:
+        # No parameters: psycopg sends the text as is, so a file may hold many
+        # statements, dollar-quoted bodies and literal % signs.
+        with self.conn.cursor() as cursor:
+            cursor.execute(sql)
+
+    @contextmanager
+    def transaction(self) -> Iterator[PsycopgSync]:
+        with self.conn.transaction():
+            yield self
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.conn.closed)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PsycopgSync:
+        self.conn.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.conn.__exit__(*exc)
+
 
 class PsycopgAsync:
     name = "psycopg-async"
@@ -53,3 +96,36 @@ class PsycopgAsync:
         async with self.conn.cursor() as cursor, cursor.copy(copy_statement(table, columns)) as copy:
             for row in rows:
                 await copy.write_row(row)
+
+    async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
+        await self.conn.execute(query.pyformat, params)
+
+    async def __aenter__(self) -> PsycopgAsync:
+        await self.conn.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.conn.__aexit__(*exc)
+
+
+class PsycopgPool:
+    """A psycopg_pool ``ConnectionPool`` (the sync transactional handlers' connections)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled psycopg connection (autocommit off), returned to the pool on exit."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A pooled psycopg connection (the raw one: handlers get it as ``job.conn``) inside a
+        transaction, committed on a clean exit."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def close(self) -> None:
+        self.pool.close()

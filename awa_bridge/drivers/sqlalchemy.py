@@ -36,17 +36,48 @@ class SQLAlchemySync:
         result = self.conn.execute(_text(query), params or {})
         return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
+    def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
+        self.conn.execute(_text(query), params or {})
+
+    def _driver_connection(self) -> Any:
+        """The psycopg / asyncpg connection under SQLAlchemy, inside the transaction SQLAlchemy began."""
+        self.fetch_all(_PING)  # SQLAlchemy begins the driver transaction lazily, on its own first statement
+        sa_conn = self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
+        return sa_conn.connection.driver_connection
+
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         from .psycopg import PsycopgSync
 
-        self.fetch_all(_PING)  # make sure SQLAlchemy's transaction has begun
-        sa_conn = self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
-        raw = sa_conn.connection.driver_connection
+        raw = self._driver_connection()
         if type(raw).__module__.split(".")[0] != "psycopg":
             raise NotImplementedError(
                 f"insert_many needs SQLAlchemy on psycopg 3 for COPY; this engine uses {type(raw).__module__}"
             )
         PsycopgSync(raw).copy_rows(table, columns, rows)
+
+    def execute_script(self, sql: str) -> None:
+        """A whole file on the driver's own connection: SQLAlchemy would parse its binds and % signs.
+
+        asyncpg under a sync ``Connection`` (``AsyncConnection.run_sync``, Alembic's
+        async env) runs in SQLAlchemy's greenlet, where ``await_only`` may wait on it.
+        """
+        raw = self._driver_connection()
+        if type(raw).__module__.split(".")[0] == "asyncpg":
+            from sqlalchemy.util import await_only
+
+            from .asyncpg import Asyncpg
+
+            await_only(Asyncpg(raw).execute_script(sql))
+            return
+        if type(raw).__name__ == "AsyncConnection":
+            # psycopg's async connection (under run_sync): SQLAlchemy's adapter is its sync DB-API face.
+            sa_conn = self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
+            raw = sa_conn.connection.dbapi_connection
+        cursor = raw.cursor()  # psycopg 3 (psycopg2 would take this DB-API path too, untested)
+        try:
+            cursor.execute(sql)
+        finally:
+            cursor.close()
 
 
 class SQLAlchemyAsync:
@@ -58,6 +89,9 @@ class SQLAlchemyAsync:
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
         result = await self.conn.execute(_text(query), params or {})
         return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+
+    async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
+        await self.conn.execute(_text(query), params or {})
 
     async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         from .asyncpg import Asyncpg

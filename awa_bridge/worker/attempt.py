@@ -25,9 +25,8 @@ class AttemptWrites:
         self.pool = pool
 
     async def _fetchrow(self, name: str, params: dict[str, Any]) -> Any:
-        query = QUERIES[name]
-        async with self.pool.acquire() as conn:
-            return await conn.fetchrow(query.numeric, *query.positional(params))
+        async with self.pool.acquire() as db:
+            return await db.fetch_one(QUERIES[name], params)
 
     async def flush_progress(self, ctx: JobContext) -> None:
         row = await self._fetchrow("flush_progress", complete_params(ctx))

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import enqueue
 from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
+from ..drivers.connect import connect_async, connect_sync, create_pool
 from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate, require_schema
 from ..types import InsertManyResult, Job
-from .aio import keep_session
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
 from .runtime import Runtime
 
 if TYPE_CHECKING:
-    import asyncpg
+    from ..drivers.asyncpg import AsyncpgPool
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -65,7 +65,7 @@ class Client:
         #: Prune at start even with no schedule declared (the Django worker: settings are the truth).
         self.prune_when_empty = False
         self.runtime: Runtime | None = None
-        self._insert_pool: asyncpg.Pool[Any] | None = None
+        self._insert_pool: AsyncpgPool | None = None
 
     # -- registration ------------------------------------------------------
 
@@ -161,16 +161,14 @@ class Client:
         self.hooks.fire("ready", self)
 
     async def _declare_schedules(self) -> None:
-        import asyncpg
-
         owner = self.schedule_owner
-        conn = await asyncpg.connect(self.database_url)
+        db = await connect_async(self.database_url)
         try:
-            async with conn.transaction():
-                changed = await upsert_schedules(conn, self.schedules.values(), owner=owner)
-                removed = await prune_schedules(conn, self.schedules, owner=owner)
+            async with db.transaction():
+                changed = await upsert_schedules(db.conn, self.schedules.values(), owner=owner)
+                removed = await prune_schedules(db.conn, self.schedules, owner=owner)
         finally:
-            await conn.close()
+            await db.close()
         log.info("periodic jobs declared: %s (%d new or changed)", ", ".join(sorted(self.schedules)), len(changed))
         if removed:
             log.info("periodic jobs no longer declared, deleted: %s", ", ".join(removed))
@@ -211,32 +209,30 @@ class Client:
         """Apply the schema migrations (see ``awa_bridge.migrate``)."""
         return migrate(self.database_url)
 
-    async def _pool(self) -> asyncpg.Pool[Any]:
-        import asyncpg
-
+    async def _pool(self) -> AsyncpgPool:
         if self._insert_pool is None:
-            # reset=_keep_session: these connections only ever run the insert
+            # keep_session: these connections only ever run the insert
             # statements (no LISTEN, locks, cursors or settings of anyone
             # else's), so asyncpg's default reset on every release (a round
             # trip of RESET ALL / UNLISTEN * / ...) would only double the cost
             # of a single insert. A transaction left open is still rolled back.
-            self._insert_pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=4, reset=keep_session)
+            self._insert_pool = await create_pool(self.database_url, min_size=1, max_size=4, keep_session=True)
         return self._insert_pool
 
     async def insert(self, args: Any, **opts: Any) -> Job:
         """Insert one job in its own transaction (for producers without a transaction of their own)."""
         pool = await self._pool()
-        async with pool.acquire() as conn:
-            return await enqueue.insert_job(conn, args, **opts)
+        async with pool.acquire() as db:
+            job: Job = await enqueue.insert_job(db.conn, args, **opts)
+        return job
 
     async def insert_many(self, jobs: Sequence[Any], **opts: Any) -> InsertManyResult:
         pool = await self._pool()
-        async with pool.acquire() as conn, conn.transaction():
-            return await enqueue.insert_many(conn, jobs, **opts)
+        async with pool.acquire() as db, db.transaction():
+            result: InsertManyResult = await enqueue.insert_many(db.conn, jobs, **opts)
+        return result
 
     def insert_sync(self, args: Any, **opts: Any) -> Job:
         """Blocking form of ``insert`` (one short-lived psycopg connection)."""
-        import psycopg
-
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            return enqueue.insert_job_sync(conn, args, **opts)
+        with connect_sync(self.database_url) as db:
+            return enqueue.insert_job_sync(db.conn, args, **opts)

@@ -20,30 +20,20 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import sqlstate_of
+from ..drivers.asyncpg import as_asyncpg
+from ..drivers.errors import is_transient as is_transient  # the executor judges errors alike
 from ..sql import QUERIES
 from .context import JobContext
 from .outcomes import Outcome
 
+if TYPE_CHECKING:
+    from ..drivers.asyncpg import Asyncpg, AsyncpgPool
+
 log = logging.getLogger("awa_bridge.worker")
 
 Finished = Callable[[JobContext, Outcome, bool], None]
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A lost connection or server, as opposed to an error in the statement itself."""
-    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
-        return True
-    name = type(exc).__name__
-    module = type(exc).__module__ or ""
-    asyncpg_lost = ("CannotConnectNowError", "AdminShutdownError", "InternalClientError")
-    if module.startswith("asyncpg") and ("Connection" in name or "Interface" in name or name in asyncpg_lost):
-        return True
-    state = sqlstate_of(exc)
-    # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend).
-    return state is not None and (state.startswith("08") or state.startswith("57P") or state == "40001")
 
 
 def finish_params(ctx: JobContext, outcome: Outcome) -> dict[str, Any]:
@@ -86,7 +76,7 @@ def needs_single_write(ctx: JobContext, outcome: Outcome) -> bool:
 class Completer:
     def __init__(
         self,
-        pool: Any,
+        pool: AsyncpgPool,
         batch: int,
         flush_interval: float,
         on_finished: Finished,
@@ -173,18 +163,17 @@ class Completer:
     async def flush(self, items: list[tuple[JobContext, Outcome]]) -> None:
         simple = [(c, o) for c, o in items if not needs_single_write(c, o)]
         single = [(c, o) for c, o in items if needs_single_write(c, o)]
-        async with self.pool.acquire() as conn:
+        async with self.pool.acquire() as db:
             done: set[int] = set()
             if simple:
-                query = QUERIES["complete_jobs"]
                 params = {"ids": [c.id for c, _ in simple], "leases": [c.run_lease for c, _ in simple]}
-                rows = await conn.fetch(query.numeric, *query.positional(params))
+                rows = await db.fetch(QUERIES["complete_jobs"], params)
                 done = {row["id"] for row in rows}
             results = [(c, o, c.id in done) for c, o in simple]
             for ctx, outcome in single:
-                results.append((ctx, outcome, await finalize_one(conn, ctx, outcome)))
+                results.append((ctx, outcome, await finalize_one(db, ctx, outcome)))
             unsure = [(c, o) for c, o, applied in results if not applied and c._write_uncertain]
-            confirmed = await confirm_written(conn, unsure) if unsure else set()
+            confirmed = await confirm_written(db, unsure) if unsure else set()
         for ctx, outcome, applied in results:
             self.on_finished(ctx, outcome, applied or ctx.id in confirmed)
 
@@ -210,8 +199,8 @@ class Completer:
         delay = 0.1
         while True:
             try:
-                async with self.pool.acquire() as conn:
-                    rows = await read_attempts(conn, [ctx.id])
+                async with self.pool.acquire() as db:
+                    rows = await read_attempts(db, [ctx.id])
                 break
             except Exception as exc:
                 if not is_transient(exc):
@@ -240,16 +229,15 @@ class Completer:
         await self.idle.wait()
 
 
-async def read_attempts(conn: Any, ids: list[int]) -> dict[int, tuple[str, int]]:
+async def read_attempts(db: Asyncpg, ids: list[int]) -> dict[int, tuple[str, int]]:
     """id -> (state, run_lease) as the database has them now."""
-    query = QUERIES["read_attempts"]
-    rows = await conn.fetch(query.numeric, *query.positional({"ids": ids}))
+    rows = await db.fetch(QUERIES["read_attempts"], {"ids": ids})
     return {row["id"]: (row["state"], row["run_lease"]) for row in rows}
 
 
-async def confirm_written(conn: Any, items: list[tuple[JobContext, Outcome]]) -> set[int]:
+async def confirm_written(db: Asyncpg, items: list[tuple[JobContext, Outcome]]) -> set[int]:
     """Of outcomes retried after a lost connection, the ids whose first write had committed."""
-    found = await read_attempts(conn, [c.id for c, _ in items])
+    found = await read_attempts(db, [c.id for c, _ in items])
     confirmed = set()
     for ctx, outcome in items:
         if found.get(ctx.id) == (outcome.state, ctx.run_lease):
@@ -265,12 +253,12 @@ async def confirm_written(conn: Any, items: list[tuple[JobContext, Outcome]]) ->
 
 
 async def finalize_one(conn: Any, ctx: JobContext, outcome: Outcome) -> bool:
-    """One guarded write for one outcome on ``conn`` (which may be inside a transaction)."""
+    """One guarded write for one outcome on an asyncpg connection or its adapter (maybe inside a transaction)."""
     if outcome.state == "completed":
         query, params = completion(ctx)
     else:
         query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
-    row = await conn.fetchrow(query.numeric, *query.positional(params))
+    row = await as_asyncpg(conn).fetch_one(query, params)
     if row is not None:
         ctx.mark_flushed()
     return row is not None

@@ -264,17 +264,17 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
         await ex.threads.submit(ex.loop, run_transactional_sync, ex, handler, ctx)
         return
     tx_pool = await ex.pools.transaction_pool()
-    async with tx_pool.acquire() as conn:
+    async with tx_pool.acquire() as db:
         outcome: Outcome | None = None
         try:
-            async with conn.transaction():
-                ctx.conn = conn
+            async with db.transaction():
+                ctx.conn = db.conn
                 try:
                     result = await _invoke(ex, handler, ctx)
                 finally:
                     ctx.conn = None
                 outcome = outcome_for(ctx, result)
-                if not await finalize_one(conn, ctx, outcome):
+                if not await finalize_one(db, ctx, outcome):
                     raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
         except StaleAttempt:
             log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
@@ -296,9 +296,8 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
     """After the handler returned: its completion effects (``job.on_complete``) and the job's
     completion in ONE short transaction, fenced by run_lease (in a worker thread). Both commit or
     neither does: a superseded attempt rolls the effects back, a failing effect retries the job."""
-    import psycopg
-
     from ..drivers import detect_sync
+    from ..drivers.errors import is_operational
     from .completer import completion
 
     try:
@@ -313,9 +312,9 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
         log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
         ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, False)
         return
-    except psycopg.OperationalError:
-        raise
     except Exception as exc:
+        if is_operational(exc):
+            raise
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
         return
@@ -325,9 +324,8 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
 def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> None:
     """The sync form, in a worker thread: on a psycopg connection from the worker's pool,
     or in the handler's own transaction (``Handler.transaction``, e.g. Django's ``atomic()``)."""
-    import psycopg
-
     from ..drivers import detect_sync
+    from ..drivers.errors import is_operational
     from ..sql import QUERIES
     from .completer import completion, finish_params
 
@@ -353,14 +351,13 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
         ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome or Outcome("completed"), False)
         return
-    except psycopg.OperationalError as exc:
-        if outcome is None:
-            raise  # lost before the outcome was written: nothing can have committed
-        failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        ex.loop.call_soon_threadsafe(ex.completer.resolve, ctx, outcome, failure)
-        return
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
+        if not is_operational(exc):
+            ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
+        elif outcome is None:
+            raise  # lost before the outcome was written: nothing can have committed
+        else:
+            ex.loop.call_soon_threadsafe(ex.completer.resolve, ctx, outcome, failure)
         return
     ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, True)

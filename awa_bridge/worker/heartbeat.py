@@ -18,9 +18,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..drivers.connect import connect_sync
 from ..sql import QUERIES
+
+if TYPE_CHECKING:
+    from ..drivers.psycopg import PsycopgSync
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -59,36 +63,34 @@ class HeartbeatThread(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
-        conn = None
+        db = None
         while True:
-            conn = self._beat(conn)
+            db = self._beat(db)
             if self.stopping.wait(self.interval):
                 break
-        if conn is not None:
+        if db is not None:
             try:
-                conn.execute(QUERIES["delete_runtime_instance"].pyformat, {"instance_id": self.instance["instance_id"]})
+                db.execute(QUERIES["delete_runtime_instance"], {"instance_id": self.instance["instance_id"]})
             except Exception as exc:
                 log.warning("could not remove this worker from awa.runtime_instances (%s)", exc)
-            conn.close()
+            db.close()
 
-    def _beat(self, conn: Any) -> Any:
+    def _beat(self, db: PsycopgSync | None) -> PsycopgSync | None:
         """One statement: the registry row and the heartbeat of every held attempt; the connection to reuse."""
-        import psycopg
-
         held = self.snapshot()
         ids = [job_id for job_id, _ in held]
         params = {**self.instance, **self.describe(), "ids": ids, "leases": [lease for _, lease in held]}
         try:
-            if conn is None or conn.closed:
-                conn = psycopg.connect(self.database_url, autocommit=True, application_name="awa-heartbeat")
-            rows = conn.execute(QUERIES["heartbeat_worker"].pyformat, params).fetchall()
+            if db is None or db.closed:
+                db = connect_sync(self.database_url, application_name="awa-heartbeat")
+            rows = db.fetch_all(QUERIES["heartbeat_worker"], params)
         except Exception as exc:  # the connection or the server went away; try again next beat
             log.warning("heartbeat failed (%s); retrying in %.1f s", exc, self.interval)
-            if conn is not None:
-                conn.close()
+            if db is not None:
+                db.close()
             return None
-        superseded = set(ids) - {row[0] for row in rows}
+        superseded = set(ids) - {row["id"] for row in rows}
         if superseded:
             # Still held here but no longer ours in the database (rescued, cancelled...).
             self.on_superseded(superseded)
-        return conn
+        return db

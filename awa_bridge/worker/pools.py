@@ -13,9 +13,14 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..drivers.connect import create_pool, create_sync_pool
 from .config import QueueConfig
+
+if TYPE_CHECKING:
+    from ..drivers.asyncpg import AsyncpgPool
+    from ..drivers.psycopg import PsycopgPool
 
 
 class HandlerPools:
@@ -23,50 +28,40 @@ class HandlerPools:
         self.database_url = database_url
         self.queues = queues
         self.size = max(2, min(sum(q.max_workers for q in queues.values()), 20))
-        self._sync_pool: Any = None
+        self._sync_pool: PsycopgPool | None = None
         self._sync_lock = threading.Lock()
-        self._tx_pool: Any = None
+        self._tx_pool: AsyncpgPool | None = None
         self._tx_lock = asyncio.Lock()
         self._process_pools: dict[str, Any] = {}
         self._process_lock = threading.Lock()
 
-    async def transaction_pool(self) -> Any:
-        """The asyncpg pool of async transactional handlers."""
-        import asyncpg
-
+    async def transaction_pool(self) -> AsyncpgPool:
+        """The asyncpg pool of async transactional handlers (``acquire()`` yields adapters)."""
         async with self._tx_lock:
             if self._tx_pool is None:
-                self._tx_pool = await asyncpg.create_pool(
-                    self.database_url,
-                    min_size=1,
-                    max_size=self.size,
-                    server_settings={"application_name": "awa-handler"},
+                self._tx_pool = await create_pool(
+                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler"
                 )
         return self._tx_pool
+
+    def _sync_handler_pool(self) -> PsycopgPool:
+        with self._sync_lock:
+            if self._sync_pool is None:
+                self._sync_pool = create_sync_pool(
+                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler"
+                )
+            return self._sync_pool
 
     @contextlib.contextmanager
     def sync_connection(self) -> Iterator[Any]:
         """A psycopg connection for sync transactional handlers (pooled)."""
-        from psycopg_pool import ConnectionPool
-
-        with self._sync_lock:
-            if self._sync_pool is None:
-                self._sync_pool = ConnectionPool(
-                    self.database_url,
-                    min_size=1,
-                    max_size=self.size,
-                    open=True,
-                    # A connection the server dropped while idle would cost a handler its attempt.
-                    check=ConnectionPool.check_connection,
-                    kwargs={"application_name": "awa-handler"},
-                )
-        with self._sync_pool.connection() as conn:
+        with self._sync_handler_pool().connection() as conn:
             yield conn
 
     @contextlib.contextmanager
     def sync_transaction(self) -> Iterator[Any]:
         """The default transaction of sync transactional handlers: psycopg, from the pool."""
-        with self.sync_connection() as conn, conn.transaction():
+        with self._sync_handler_pool().transaction() as conn:
             yield conn
 
     def process_pool(self, queue: str) -> Any:

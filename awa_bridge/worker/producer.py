@@ -140,11 +140,11 @@ class Producer:
         params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
         state.pending = want
         try:
-            async with self.pool.acquire() as conn:
+            async with self.pool.acquire() as db:
                 if q.priority_aging and time.monotonic() >= state.next_aging:
-                    await age_priorities(conn, q.name, q.priority_aging)
+                    await age_priorities(db, q.name, q.priority_aging)
                     state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
-                rows: list[Any] = await conn.fetch(query.numeric, *query.positional(params))
+                rows: list[Any] = await db.fetch(query, params)
         except Exception as exc:
             state.pending = 0
             self.failures += 1

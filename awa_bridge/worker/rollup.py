@@ -17,9 +17,13 @@ import contextlib
 import logging
 from collections import defaultdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..drivers.asyncpg import as_asyncpg
 from ..sql import QUERIES
+
+if TYPE_CHECKING:
+    from ..drivers.asyncpg import AsyncpgPool
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -32,7 +36,7 @@ RETENTION = "2 days"
 class Rollup:
     """Counts written outcomes per (queue, minute); ``run`` flushes them every ``interval`` seconds."""
 
-    def __init__(self, pool: Any, interval: float = 5.0) -> None:
+    def __init__(self, pool: AsyncpgPool, interval: float = 5.0) -> None:
         self.pool = pool
         self.interval = interval
         self.counts: defaultdict[tuple[str, datetime], dict[str, int]] = defaultdict(
@@ -57,10 +61,9 @@ class Rollup:
             "minutes": [minute for _, minute in keys],
             **{column: [taken[key][column] for key in keys] for column in COLUMNS.values()},
         }
-        query = QUERIES["upsert_queue_rollups"]
         try:
-            async with self.pool.acquire() as conn:
-                await conn.execute(query.numeric, *query.positional(params))
+            async with self.pool.acquire() as db:
+                await db.execute(QUERIES["upsert_queue_rollups"], params)
         except Exception as exc:
             log.warning("could not write %d queue rollup(s) (%s); they are kept for the next flush", len(keys), exc)
             for key, columns in taken.items():
@@ -77,6 +80,4 @@ class Rollup:
 
 async def prune_rollups(conn: Any) -> int:
     """Delete rollups older than ``RETENTION`` on an asyncpg connection; returns how many."""
-    query = QUERIES["prune_queue_rollups"]
-    rows = await conn.fetch(query.numeric, *query.positional({}))
-    return len(rows)
+    return len(await as_asyncpg(conn).fetch(QUERIES["prune_queue_rollups"]))

@@ -32,9 +32,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ..drivers.connect import create_pool
 from ..errors import ValidationError
 from ..sql import QUERIES
-from .aio import keep_session, sleep_unless
+from .aio import sleep_unless
 from .attempt import AttemptWrites
 from .completer import Completer
 from .config import QueueConfig, WorkerConfig
@@ -109,22 +110,16 @@ class Runtime:
                 ) from None
 
     async def start(self) -> None:
-        import asyncpg
-
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         size = max(4, len(self.queues) + 3)
-        # reset=keep_session: this pool runs only the runtime's own statements
+        # keep_session: this pool runs only the runtime's own statements
         # (claims, completions, progress, callbacks, counters): none leaves session
         # state behind, so asyncpg's reset round trip on every release (RESET ALL,
         # UNLISTEN *, ...) would only cost a round trip per claim and per
         # completion batch. An open transaction is still rolled back on release.
-        self.pool = await asyncpg.create_pool(
-            self.database_url,
-            min_size=2,
-            max_size=size,
-            server_settings={"application_name": "awa-worker"},
-            reset=keep_session,
+        self.pool = await create_pool(
+            self.database_url, min_size=2, max_size=size, application_name="awa-worker", keep_session=True
         )
         sync_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(sync_slots, 256))
@@ -207,8 +202,8 @@ class Runtime:
             query = QUERIES["release_jobs"]
             params = {"ids": [i for i, _ in held], "leases": [lease for _, lease in held]}
             try:
-                async with self.pool.acquire() as conn:
-                    rows = await conn.fetch(query.numeric, *query.positional(params))
+                async with self.pool.acquire() as db:
+                    rows = await db.fetch(query, params)
                 log.warning("drain timeout: released %d unfinished job(s) for prompt retry", len(rows))
             except Exception as exc:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)

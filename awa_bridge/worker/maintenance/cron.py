@@ -22,12 +22,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import enqueue
 from ...cron import CATCH_UP_LIMIT, due_fire_times, next_fire_time, prepare_from_row
+from ...drivers.asyncpg import as_asyncpg
 from ...errors import AwaError
 from ...sql import QUERIES
+
+if TYPE_CHECKING:
+    from ...drivers.asyncpg import Asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -61,9 +65,9 @@ async def fire_due_schedules(
     catch_up_limit: int = CATCH_UP_LIMIT,
 ) -> CronTick:
     """Enqueue every due occurrence once, on an asyncpg connection; see the module doc."""
+    db = as_asyncpg(conn)
     tick = CronTick()
-    query = QUERIES["cron_fire_candidates"]
-    candidates = await conn.fetch(query.numeric, *query.positional({}))
+    candidates = await db.fetch(QUERIES["cron_fire_candidates"])
     for row in candidates:
         at = now or row["db_now"]
         base = row["last_enqueued_at"] or row["created_at"]
@@ -79,12 +83,12 @@ async def fire_due_schedules(
         if first > at:
             continue
         try:
-            fired = await _fire(conn, row["name"], at, catch_up_limit)
+            fired = await _fire(db, row["name"], at, catch_up_limit)
         except _LostRace:
             tick.lost_race += 1
             continue
         except Exception as exc:
-            if conn.is_closed():
+            if db.is_closed():
                 raise
             tick.errors += 1
             log.warning("cron schedule %s: firing failed (%s); will retry next tick", row["name"], exc)
@@ -96,12 +100,10 @@ async def fire_due_schedules(
     return tick
 
 
-async def _fire(conn: Any, name: str, now: datetime, limit: int) -> list[datetime] | None:
+async def _fire(db: Asyncpg, name: str, now: datetime, limit: int) -> list[datetime] | None:
     """One schedule's due fires in one transaction; None when another transaction holds it."""
-    lock = QUERIES["lock_cron_job_for_fire"]
-    advance = QUERIES["advance_cron_job"]
-    async with conn.transaction():
-        row = await conn.fetchrow(lock.numeric, *lock.positional({"name": name}))
+    async with db.transaction():
+        row = await db.fetch_one(QUERIES["lock_cron_job_for_fire"], {"name": name})
         if row is None:
             return None  # locked by another firer, or paused / deleted meanwhile
         previous = row["last_enqueued_at"]
@@ -112,11 +114,11 @@ async def _fire(conn: Any, name: str, now: datetime, limit: int) -> list[datetim
             return []
         job_ids = []
         for fire in fires:
-            prepared = prepare_from_row(row, {"cron_name": name, "cron_fire_time": fire.isoformat()})
-            job = await enqueue.insert_job(conn, prepared)
+            prepared = prepare_from_row(dict(row), {"cron_name": name, "cron_fire_time": fire.isoformat()})
+            job = await enqueue.insert_job(db.conn, prepared)
             job_ids.append(job.id)
         params = {"name": name, "fire_at": fires[-1], "previous": previous}
-        if await conn.fetchrow(advance.numeric, *advance.positional(params)) is None:
+        if await db.fetch_one(QUERIES["advance_cron_job"], params) is None:
             raise _LostRace(name)  # rolls the inserts back
     for fire, job_id in zip(fires, job_ids, strict=True):
         log.info("cron %s: enqueued job %s for %s", name, job_id, fire.isoformat())

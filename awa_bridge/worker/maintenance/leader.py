@@ -33,12 +33,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...drivers.connect import connect_async
 from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
 from .services import Service, build_services
+
+if TYPE_CHECKING:
+    from ...drivers.asyncpg import Asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -90,10 +94,10 @@ class Maintenance(threading.Thread):
         if self._stop_requested.is_set():
             return
         while not stopping.is_set():
-            conn = None
+            db = None
             try:
-                conn = await self._connect()
-                await self._elect(conn, stopping)
+                db = await self._connect()
+                await self._elect(db, stopping)
             except Exception as exc:
                 if self.is_leader:
                     log.warning("lost maintenance leadership (%s)", exc)
@@ -103,34 +107,36 @@ class Maintenance(threading.Thread):
                 await sleep_unless(stopping, min(self.config.leader_election_interval, 1.0))
             finally:
                 self.is_leader = False
-                if conn is not None and not conn.is_closed():
-                    conn.terminate()  # closing the session releases the advisory lock
+                if db is not None and not db.is_closed():
+                    db.terminate()  # closing the session releases the advisory lock
 
-    async def _connect(self) -> Any:
-        import asyncpg
+    async def _connect(self) -> Asyncpg:
+        return await connect_async(self.database_url, application_name="awa-maintenance")
 
-        return await asyncpg.connect(self.database_url, server_settings={"application_name": "awa-maintenance"})
-
-    async def _acquire(self, conn: Any, force: bool) -> Any:
-        query = QUERIES["acquire_maintenance_lease"]
+    async def _acquire(self, db: Asyncpg, force: bool) -> Any:
         params = {"holder": self.instance_id, "ttl_seconds": float(self.config.leader_lease), "force": force}
-        return await conn.fetchrow(query.numeric, *query.positional(params))
+        return await db.fetch_one(QUERIES["acquire_maintenance_lease"], params)
 
-    async def _elect(self, conn: Any, stopping: asyncio.Event) -> None:
+    @staticmethod
+    async def _try_lock(db: Asyncpg) -> bool:
+        row = await db.fetch_one(QUERIES["try_leader_lock"])
+        return row is not None and bool(row["acquired"])
+
+    async def _elect(self, db: Asyncpg, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
-            locked = bool(await conn.fetchval(QUERIES["try_leader_lock"].numeric))
+            locked = await self._try_lock(db)
             sent = time.monotonic()
-            row = await self._acquire(conn, force=locked)
+            row = await self._acquire(db, force=locked)
             if row is not None:
                 term = Term(row["epoch"], sent + self.config.leader_lease)
-                await self._lead(conn, term, locked, stopping)
+                await self._lead(db, term, locked, stopping)
                 if stopping.is_set():
                     return
             elif locked:
-                await conn.fetchval(QUERIES["leader_unlock"].numeric)
+                await db.execute(QUERIES["leader_unlock"])
             await sleep_unless(stopping, self.config.leader_election_interval)
 
-    async def _lead(self, conn: Any, term: Term, locked: bool, stopping: asyncio.Event) -> None:
+    async def _lead(self, db: Asyncpg, term: Term, locked: bool, stopping: asyncio.Event) -> None:
         """Renew the lease while the services run; return when it is lost or the worker stops."""
         self.is_leader = True
         log.info("became the maintenance leader (lease epoch %s)", term.epoch)
@@ -141,9 +147,9 @@ class Maintenance(threading.Thread):
                 if stopping.is_set():
                     break
                 if not locked:  # took the lease by expiry: the old holder may still hold the lock
-                    locked = bool(await conn.fetchval(QUERIES["try_leader_lock"].numeric))
+                    locked = await self._try_lock(db)
                 sent = time.monotonic()
-                row = await self._acquire(conn, force=False)
+                row = await self._acquire(db, force=False)
                 if row is None or row["epoch"] != term.epoch:
                     log.warning(
                         "lost maintenance leadership: the lease (epoch %s) expired and passed to another worker",
@@ -152,14 +158,13 @@ class Maintenance(threading.Thread):
                     break
                 term.valid_until = sent + self.config.leader_lease
             if stopping.is_set():
-                release = QUERIES["release_maintenance_lease"]
-                await conn.fetchrow(release.numeric, *release.positional({"holder": self.instance_id}))
+                await db.execute(QUERIES["release_maintenance_lease"], {"holder": self.instance_id})
         finally:
             services.cancel()
             await asyncio.gather(services, return_exceptions=True)
             self.is_leader = False
         if locked and not stopping.is_set():
-            await conn.fetchval(QUERIES["leader_unlock"].numeric)
+            await db.execute(QUERIES["leader_unlock"])
 
     async def _serve(self, term: Term) -> None:
         """The services, on a connection of their own, while ``term`` is valid."""
@@ -167,25 +172,25 @@ class Maintenance(threading.Thread):
         staleness = self.config.heartbeat_staleness
         # A pass runs each service for about its budget; longer means this thread was not running.
         allowed = sum(s.budget for s in services) + staleness
-        conn = None
+        db = None
         fresh_since = time.monotonic()
         try:
             while True:
                 try:
-                    if conn is None or conn.is_closed():
-                        conn = await self._connect()
+                    if db is None or db.is_closed():
+                        db = await self._connect()
                         fresh_since = time.monotonic()
                     started = time.monotonic()
-                    await self._tick(conn, services, term, fresh_at=fresh_since + staleness)
+                    await self._tick(db, services, term, fresh_at=fresh_since + staleness)
                     if time.monotonic() - started > allowed:  # frozen or starved mid-pass
                         fresh_since = time.monotonic()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     log.warning("maintenance pass failed (%s); retrying", exc)
-                    if conn is not None and not conn.is_closed():
-                        conn.terminate()
-                    conn = None
+                    if db is not None and not db.is_closed():
+                        db.terminate()
+                    db = None
                     await asyncio.sleep(min(self.config.leader_election_interval, 1.0))
                     continue
                 now = time.monotonic()
@@ -195,11 +200,11 @@ class Maintenance(threading.Thread):
                 if time.monotonic() - now - wait > staleness:  # overslept: frozen (SIGSTOP) or starved
                     fresh_since = time.monotonic()
         finally:
-            if conn is not None and not conn.is_closed():
-                conn.terminate()
+            if db is not None and not db.is_closed():
+                db.terminate()
 
     @staticmethod
-    async def _tick(conn: Any, services: list[Service], term: Term, fresh_at: float) -> None:
+    async def _tick(db: Asyncpg, services: list[Service], term: Term, fresh_at: float) -> None:
         """Run the services that are due; ``fresh_at``: when the view of heartbeats is fresh again."""
         for service in services:
             now = time.monotonic()
@@ -208,4 +213,4 @@ class Maintenance(threading.Thread):
             if service.needs_fresh_view and now < fresh_at:
                 service.due = max(service.due, fresh_at)
             if service.due <= now:
-                await service.run_pass(conn)
+                await service.run_pass(db)

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...drivers.asyncpg import as_asyncpg
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH
 
 
 async def rescue_stale_heartbeats(conn: Any, staleness: float, limit: int = MAINTENANCE_BATCH) -> list[Any]:
-    query = QUERIES["rescue_stale_heartbeats"]
     params = {"staleness_seconds": float(staleness), "limit": limit}
-    return list(await conn.fetch(query.numeric, *query.positional(params)))
+    return list(await as_asyncpg(conn).fetch(QUERIES["rescue_stale_heartbeats"], params))
 
 
 async def rescue_expired_deadlines(conn: Any, limit: int = MAINTENANCE_BATCH) -> list[Any]:
-    query = QUERIES["rescue_expired_deadlines"]
-    return list(await conn.fetch(query.numeric, *query.positional({"limit": limit})))
+    return list(await as_asyncpg(conn).fetch(QUERIES["rescue_expired_deadlines"], {"limit": limit}))
 
 
 async def rescue_callback_timeouts(conn: Any, limit: int = MAINTENANCE_BATCH) -> list[Any]:
     """Jobs whose external callback did not arrive in time."""
-    query = QUERIES["rescue_callback_timeouts"]
-    return list(await conn.fetch(query.numeric, *query.positional({"limit": limit})))
+    return list(await as_asyncpg(conn).fetch(QUERIES["rescue_callback_timeouts"], {"limit": limit}))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH, MAINTENANCE_BUDGET_SECONDS, WorkerConfig
@@ -22,6 +22,9 @@ from .cleanup import delete_finished
 from .cron import fire_due_schedules
 from .promote import promote_due
 from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
+
+if TYPE_CHECKING:
+    from ...drivers.asyncpg import Asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -41,16 +44,16 @@ class Service:
         self.budget = budget
         self.due = 0.0  # monotonic time of the next pass
 
-    async def run_batch(self, conn: Any) -> int:
+    async def run_batch(self, db: Asyncpg) -> int:
         """One batch; returns how many rows it handled."""
         raise NotImplementedError
 
-    async def run_pass(self, conn: Any) -> int:
+    async def run_pass(self, db: Asyncpg) -> int:
         """Batches until one comes back short or the budget is spent; schedules the next pass."""
         started = time.monotonic()
         total = 0
         while True:
-            handled = await self.run_batch(conn)
+            handled = await self.run_batch(db)
             total += handled
             backlog = handled >= self.batch
             if not backlog or time.monotonic() - started >= self.budget:
@@ -62,8 +65,8 @@ class Service:
 class Promote(Service):
     name = "promote"
 
-    async def run_batch(self, conn: Any) -> int:
-        return sum((await promote_due(conn, self.batch)).values())
+    async def run_batch(self, db: Asyncpg) -> int:
+        return sum((await promote_due(db, self.batch)).values())
 
 
 class _Rescue(Service):
@@ -73,11 +76,11 @@ class _Rescue(Service):
         super().__init__(interval)
         self.on_rescued = on_rescued
 
-    async def rescue(self, conn: Any) -> list[Any]:
+    async def rescue(self, db: Asyncpg) -> list[Any]:
         raise NotImplementedError
 
-    async def run_batch(self, conn: Any) -> int:
-        rows = await self.rescue(conn)
+    async def run_batch(self, db: Asyncpg) -> int:
+        rows = await self.rescue(db)
         for row in rows:
             log.warning(
                 "rescued job %s (%s on %s, attempt %s): %s; now %s",
@@ -91,7 +94,7 @@ class _Rescue(Service):
             )
         if rows:
             self.on_rescued(rows)
-            await promote_due(conn, self.batch)
+            await promote_due(db, self.batch)
         return len(rows)
 
 
@@ -103,22 +106,22 @@ class RescueStaleHeartbeats(_Rescue):
         super().__init__(interval, on_rescued)
         self.staleness = staleness
 
-    async def rescue(self, conn: Any) -> list[Any]:
-        return await rescue_stale_heartbeats(conn, self.staleness, self.batch)
+    async def rescue(self, db: Asyncpg) -> list[Any]:
+        return await rescue_stale_heartbeats(db, self.staleness, self.batch)
 
 
 class RescueDeadlines(_Rescue):
     name = "rescue_deadlines"
 
-    async def rescue(self, conn: Any) -> list[Any]:
-        return await rescue_expired_deadlines(conn, self.batch)
+    async def rescue(self, db: Asyncpg) -> list[Any]:
+        return await rescue_expired_deadlines(db, self.batch)
 
 
 class RescueCallbackTimeouts(_Rescue):
     name = "rescue_callback_timeouts"
 
-    async def rescue(self, conn: Any) -> list[Any]:
-        return await rescue_callback_timeouts(conn, self.batch)
+    async def rescue(self, db: Asyncpg) -> list[Any]:
+        return await rescue_callback_timeouts(db, self.batch)
 
 
 class Cleanup(Service):
@@ -130,11 +133,11 @@ class Cleanup(Service):
         self.completed_retention = completed_retention
         self.failed_retention = failed_retention
 
-    async def run_batch(self, conn: Any) -> int:
-        return await delete_finished(conn, self.completed_retention, self.failed_retention, self.batch)
+    async def run_batch(self, db: Asyncpg) -> int:
+        return await delete_finished(db, self.completed_retention, self.failed_retention, self.batch)
 
-    async def run_pass(self, conn: Any) -> int:
-        deleted = await super().run_pass(conn)
+    async def run_pass(self, db: Asyncpg) -> int:
+        deleted = await super().run_pass(db)
         if deleted:
             log.info("deleted %d finished jobs past retention", deleted)
         return deleted
@@ -150,10 +153,9 @@ class PruneInstances(Service):
         super().__init__(interval)
         self.staleness = staleness
 
-    async def run_batch(self, conn: Any) -> int:
-        query = QUERIES["prune_runtime_instances"]
+    async def run_batch(self, db: Asyncpg) -> int:
         params = {"staleness_seconds": float(self.staleness), "limit": self.batch}
-        return len(await conn.fetch(query.numeric, *query.positional(params)))
+        return len(await db.fetch(QUERIES["prune_runtime_instances"], params))
 
 
 class PruneRollups(Service):
@@ -161,8 +163,8 @@ class PruneRollups(Service):
 
     name = "prune_rollups"
 
-    async def run_batch(self, conn: Any) -> int:
-        return await prune_rollups(conn)
+    async def run_batch(self, db: Asyncpg) -> int:
+        return await prune_rollups(db)
 
 
 class Cron(Service):
@@ -170,8 +172,8 @@ class Cron(Service):
 
     name = "cron"
 
-    async def run_batch(self, conn: Any) -> int:
-        await fire_due_schedules(conn)
+    async def run_batch(self, db: Asyncpg) -> int:
+        await fire_due_schedules(db)
         return 0
 
 

@@ -1,0 +1,132 @@
+"""The one place the bridge opens connections from a URL.
+
+The worker's loop uses asyncpg (``connect_async``, ``create_pool``); the CLI,
+the admin and cron functions given a URL, the heartbeat thread, migrations and
+the Celery layer use psycopg (``connect_sync``); sync transactional handlers
+get psycopg connections from ``create_sync_pool``. Each hands back the
+adapter of ``drivers`` (``Asyncpg``, ``PsycopgSync``, pools that yield them),
+so no module outside ``drivers`` imports a driver or runs a statement itself.
+``application_name`` names the connection in ``pg_stat_activity``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .detect import detect_async, detect_sync
+
+if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
+    from .asyncpg import Asyncpg, AsyncpgPool
+    from .base import AsyncDriver, SyncDriver
+    from .psycopg import PsycopgAsync, PsycopgPool, PsycopgSync
+
+
+async def connect_async(url: str, *, application_name: str | None = None) -> Asyncpg:
+    """A new asyncpg connection (close it with ``await db.close()``)."""
+    import asyncpg
+
+    from .asyncpg import Asyncpg
+
+    settings = {"application_name": application_name} if application_name else None
+    return Asyncpg(await asyncpg.connect(url, server_settings=settings))
+
+
+async def connect_async_psycopg(url: str) -> PsycopgAsync:
+    """A new autocommit psycopg ``AsyncConnection`` (``async with`` closes it): the async admin on a URL."""
+    import psycopg
+
+    from .psycopg import PsycopgAsync
+
+    return PsycopgAsync(await psycopg.AsyncConnection.connect(url, autocommit=True))
+
+
+def connect_sync(url: str, *, autocommit: bool = True, application_name: str | None = None) -> PsycopgSync:
+    """A new psycopg connection; ``with connect_sync(url) as db:`` commits on a clean exit and closes it."""
+    import psycopg
+
+    from .psycopg import PsycopgSync
+
+    extra: dict[str, Any] = {"application_name": application_name} if application_name else {}
+    return PsycopgSync(psycopg.connect(url, autocommit=autocommit, **extra))
+
+
+async def create_pool(
+    url: str, *, min_size: int, max_size: int, application_name: str | None = None, keep_session: bool = False
+) -> AsyncpgPool:
+    """An asyncpg pool; ``keep_session=True`` skips asyncpg's reset on release.
+
+    For pools whose connections only ever run this package's own statements (no
+    LISTEN, advisory locks, cursors or settings): asyncpg still rolls back a
+    transaction left open, and skipping its default reset (RESET ALL, UNLISTEN
+    *, ...) saves a round trip on every release.
+    """
+    import asyncpg
+
+    from .asyncpg import AsyncpgPool
+
+    options: dict[str, Any] = {"min_size": min_size, "max_size": max_size}
+    if application_name:
+        options["server_settings"] = {"application_name": application_name}
+    if keep_session:
+        options["reset"] = _keep_session
+    return AsyncpgPool(await asyncpg.create_pool(url, **options))
+
+
+async def _keep_session(conn: object) -> None:
+    """asyncpg's pool ``reset`` hook, doing nothing (see ``create_pool``)."""
+
+
+def create_sync_pool(url: str, *, min_size: int, max_size: int, application_name: str) -> PsycopgPool:
+    """A psycopg_pool pool, opened now; each connection is checked when taken."""
+    from psycopg_pool import ConnectionPool
+
+    from .psycopg import PsycopgPool
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=True,
+        # A connection the server dropped while idle would cost a handler its attempt.
+        check=ConnectionPool.check_connection,
+        kwargs={"application_name": application_name},
+    )
+    return PsycopgPool(pool)
+
+
+@contextmanager
+def sync_driver_for(conn_or_url: Any) -> Iterator[SyncDriver]:
+    """The caller's sync connection (in its transaction), or a new autocommit one from a URL, closed after.
+
+    For the functions that take either (admin, dashboard, CLI): on a URL each
+    statement commits on its own.
+    """
+    if isinstance(conn_or_url, str):
+        with connect_sync(conn_or_url) as db:
+            yield db
+    else:
+        yield detect_sync(conn_or_url)
+
+
+@asynccontextmanager
+async def async_driver_for(conn_or_url: Any) -> AsyncIterator[AsyncDriver]:
+    """The async form of ``sync_driver_for`` (a URL opens an autocommit psycopg ``AsyncConnection``)."""
+    if isinstance(conn_or_url, str):
+        async with await connect_async_psycopg(conn_or_url) as db:
+            yield db
+    else:
+        yield detect_async(conn_or_url)
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a postgresql:// URL's syntax (libpq's own words), or None; never connects."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        return str(exc).strip()
+    return None

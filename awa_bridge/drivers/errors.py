@@ -1,0 +1,50 @@
+"""Which driver errors mean "the connection or the server went away" (asyncpg and psycopg).
+
+One place for the worker (retry a batch, read an uncertain commit back) and
+the CLI (one line instead of a traceback), so both drivers are judged alike.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from ..errors import sqlstate_of
+
+_ASYNCPG_LOST = ("CannotConnectNowError", "AdminShutdownError", "InternalClientError")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A lost connection or server (or a serialization failure), as opposed to an error in the statement."""
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
+        return True
+    name = type(exc).__name__
+    module = type(exc).__module__ or ""
+    if module.startswith("asyncpg") and ("Connection" in name or "Interface" in name or name in _ASYNCPG_LOST):
+        return True
+    state = sqlstate_of(exc)
+    # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend).
+    return state is not None and (state.startswith("08") or state.startswith("57P") or state == "40001")
+
+
+def is_operational(exc: BaseException) -> bool:
+    """psycopg's ``OperationalError``: the connection or the server failed, not the statement (sync paths)."""
+    if type(exc).__module__.split(".")[0] != "psycopg":
+        return False
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def describe_connection_failure(exc: BaseException) -> str | None:
+    """One line for a failure to reach the database or a malformed URL; ``None`` for anything else."""
+    if type(exc).__module__.split(".")[0] == "psycopg":
+        import psycopg
+
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, psycopg.OperationalError):
+            return f"cannot reach the database: {first}"
+        if isinstance(exc, psycopg.ProgrammingError) and "connection" in first:
+            return f"the database URL is not valid: {first}"
+    if isinstance(exc, (ConnectionError, socket.gaierror)):  # asyncpg's connect: refused, unknown host
+        return f"cannot reach the database: {exc}"
+    return None
