@@ -21,6 +21,7 @@ from awa_bridge.celery import (
     Celery,
     ChordError,
     GroupResult,
+    TaskError,
     UnsupportedOption,
     chain,
     chord,
@@ -298,10 +299,10 @@ def _nested_flows(side: Any) -> dict[str, Callable[[], Any]]:
         "chain: group, then a task": lambda: (add.s(1, 1) | g(mul.s(2), mul.s(3)) | tsum.s()).delay(),
         "chain: chord, then a task": lambda: (c([add.s(1, 1), add.s(2, 2)], tsum.s()) | mul.s(10)).delay(),
         "chain ending in a group": lambda: (add.s(1, 1) | g(mul.s(2), mul.s(3))).delay(),
-        "chunks": lambda: add.chunks(zip(range(5), range(5)), 2).delay(),
+        "chunks": lambda: add.chunks(zip(range(5), range(5), strict=True), 2).delay(),
         "map": lambda: tsum.map([[1, 2], [3, 4]]).delay(),
         "starmap": lambda: add.starmap([(1, 2), (3, 4)]).delay(),
-        "chord of chunks": lambda: c(add.chunks(zip(range(4), range(4)), 2).group(), echo.s())(),
+        "chord of chunks": lambda: c(add.chunks(zip(range(4), range(4), strict=True), 2).group(), echo.s())(),
     }
 
 
@@ -345,6 +346,36 @@ async def test_errors_in_nested_members_propagate_as_celerys(worker: Any, app: C
     with pytest.raises(ChordError) as outer:
         await get(AsyncResult(in_header.id, app=app))
     assert str(outer.value).startswith(f"Dependency {in_header.parent.results[1].id} raised ChordError(")
+
+
+async def test_group_results_are_saved_and_restored_from_postgresql(worker: Any, app: Celery) -> None:
+    # Celery 5.7 (its worker, redis backend): restore(id) gives the saved members in order, None
+    # for an id never saved or deleted; app.GroupResult.restore(id) is the same on the app.
+    from celery.result import GroupResult as CeleryGroupResult
+
+    assert hasattr(CeleryGroupResult, "restore") and hasattr(CeleryGroupResult, "delete")
+    await worker()
+    saved = group(t(app, "add").s(i, i) for i in range(3)).delay()
+    assert saved.save() is saved
+    back = GroupResult.restore(saved.id, app=app)
+    assert back is not None and back.id == saved.id
+    assert [r.id for r in back.results] == [r.id for r in saved.results]
+    assert await get(back) == [0, 2, 4]
+    on_app = app.GroupResult.restore(saved.id)
+    assert on_app is not None and await get(on_app) == [0, 2, 4]
+    assert app.GroupResult.restore("never-saved") is None
+    saved.delete()
+    assert app.GroupResult.restore(saved.id) is None
+    nested = GroupResult("outer", [AsyncResult("a", app=app), GroupResult("inner", [AsyncResult("b", app=app)])])
+    nested._app = app
+    nested.save()
+    again = app.GroupResult.restore("outer")
+    assert again is not None and again.results[1].id == "inner" and again.results[1].results[0].id == "b"
+    with app.connection().cursor() as cur:  # one completed row per saved group, found by its id
+        cur.execute(
+            "SELECT kind, state::text FROM awa.jobs WHERE metadata -> 'celery' ->> 'id' LIKE 'celery-taskset%%'"
+        )
+        assert cur.fetchall() == [("celery.group", "completed")]
 
 
 # -- update_state, time limits, rate limits ----------------------------------------------------------------
@@ -609,6 +640,15 @@ def test_chord_callbacks_and_chain_steps_are_enqueued_exactly_once_with_workers_
     add_ = t(app, "slow_add")
     chords = [chord(add_.s(i, k) for i in range(4))(t(app, "tsum").s()) for k in range(30)]
     chains = [(add_.s(k, 1) | add_.s(1) | add_.s(1)).delay() for k in range(20)]
+    tsum_ = t(app, "tsum")
+    # Nested: a chord and a group inside a chord's header, a chord inside a group.
+    nested = [
+        chord([add_.s(1, k), chord([add_.s(i, k) for i in range(3)], tsum_.s()), group(add_.s(2, k), add_.s(3, k))])(
+            tsum_.s()
+        )
+        for k in range(10)
+    ]
+    in_groups = [group(add_.s(k, 1), chord([add_.s(k, 2), add_.s(k, 3)], tsum_.s())).delay() for k in range(10)]
     env = {**os.environ, "DATABASE_URL": db_url, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "awa_bridge", "worker", "tests.celery_canvas_app:client", "--queue", "default:4"]
 
@@ -618,13 +658,22 @@ def test_chord_callbacks_and_chain_steps_are_enqueued_exactly_once_with_workers_
     procs = [start(), start()]
     rng = random.Random(13)
 
+    def running() -> int:
+        with app.connection().cursor() as cur:
+            cur.execute("SELECT count(*) FROM awa.jobs WHERE state = 'running'")
+            (count,) = cur.fetchone()
+        return int(count)
+
     def done() -> bool:
-        return all(r.state == states.SUCCESS for r in [*chords, *chains])
+        last = [*chords, *chains, *nested, *(g.results[1] for g in in_groups)]
+        return all(r.state == states.SUCCESS for r in last)
 
     try:
         kills = 0
         while kills < 8 and not done():
-            time.sleep(rng.uniform(0.3, 0.8))
+            # Kill at a random instant while attempts run (a worker still starting up has none).
+            wait_for(lambda: done() or running() > 0, 60, "a worker to be running a job")
+            time.sleep(rng.uniform(0.0, 0.2))
             victim = procs.pop(rng.randrange(len(procs)))
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
@@ -639,15 +688,19 @@ def test_chord_callbacks_and_chain_steps_are_enqueued_exactly_once_with_workers_
     assert kills >= 1
     assert [r.get(timeout=1) for r in chords] == [sum(i + k for i in range(4)) for k in range(30)]
     assert [r.get(timeout=1) for r in chains] == [k + 3 for k in range(20)]
+    assert [r.get(timeout=1) for r in nested] == [(1 + k) + (3 + 3 * k) + (2 + k) + (3 + k) for k in range(10)]
+    assert [g.get(timeout=1) for g in in_groups] == [[k + 1, 2 * k + 5] for k in range(10)]
     with app.connection().cursor() as cur:
         task_ids = [r.id for r in chords] + [r.id for r in chains] + [r.parent.id for r in chains]
+        task_ids += [r.id for r in nested] + [r.parent.results[1].id for r in nested]
+        task_ids += [g.results[1].id for g in in_groups]
         cur.execute(
             "SELECT metadata -> 'celery' ->> 'id', count(*) FROM awa.jobs "
             "WHERE metadata ? 'celery' AND metadata -> 'celery' ->> 'id' = ANY(%s) GROUP BY 1",
             (task_ids,),
         )
         counts = dict(cur.fetchall())
-        cur.execute("SELECT count(*) FROM awa.celery_chords WHERE chord_id = ANY(%s)", ([r.id for r in chords],))
+        cur.execute("SELECT count(*) FROM awa.celery_chords")
         (pending,) = cur.fetchone()
         cur.execute("SELECT count(*) FROM awa.jobs WHERE array_to_string(errors, ' ') LIKE '%%HeartbeatStale%%'")
         (rescued,) = cur.fetchone()
@@ -781,8 +834,10 @@ async def test_a_chord_member_lost_on_its_last_attempt_fails_the_chord(worker: A
     doomed = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert await asyncio.to_thread(doomed.wait, 60) == 1  # it died in the middle of the member
     await worker()  # its leader rescues the member: failed, no attempt left
-    with pytest.raises(ChordError, match=r"raised WorkerLostError\('heartbeat stale"):
+    with pytest.raises(TaskError, match="heartbeat stale"):  # the member's own error first, as Celery's get
         await get(result)
+    with pytest.raises(ChordError, match=r"raised WorkerLostError\('heartbeat stale"):
+        await get(AsyncResult(result.id, app=app))
     assert member.state == states.FAILURE
 
 
