@@ -324,6 +324,15 @@ async def test_nested_canvases_give_celerys_values_on_the_worker(worker: Any, ap
     assert len(flat.results) == 3 and all(isinstance(r, AsyncResult) for r in flat.results)  # unrolled, as Celery
 
 
+def test_a_chain_ending_in_a_group_inside_a_chord_header_is_refused_before_writing(app: Celery) -> None:
+    add = t(app, "add")
+    with pytest.raises(UnsupportedOption, match="a chain ending in a group inside a chord's header"):
+        chord([add.s(3, 3), add.s(1, 1) | group(add.s(1), add.s(2))], t(app, "tsum").s()).delay()
+    with app.connection().cursor() as cur:
+        cur.execute("SELECT (SELECT count(*) FROM awa.jobs), (SELECT count(*) FROM awa.celery_chords)")
+        assert cur.fetchone() == (0, 0)
+
+
 async def test_errors_in_nested_members_propagate_as_celerys(worker: Any, app: Celery) -> None:
     await worker()
     add, fail, tsum = t(app, "add"), t(app, "fail"), t(app, "tsum")

@@ -391,6 +391,11 @@ class chain(Signature):
         options = {**self.options, **options}
         chord_slot = options.pop("chord", None)
         if chord_slot is not None:
+            if isinstance(steps[-1], group):  # refused before anything is written
+                raise UnsupportedOption(
+                    "chord",
+                    "a chain ending in a group inside a chord's header is not supported on awa; end it with a task",
+                )
             steps[-1] = steps[-1].clone(chord=chord_slot)
         # Freeze every step first, so each has its id and the results link up as parents.
         results: list[Any] = []
@@ -497,10 +502,6 @@ class group(Signature):
             return self.apply(args, kwargs, **options)
         options = {**self.options, **options}
         options.pop("chain", None)  # a group is never followed in a chain: it became a chord
-        if options.get("chord") is not None:
-            raise UnsupportedOption(
-                "chord", "a chain ending in a group inside a chord's header is not supported on awa; end it with a task"
-            )
         group_id = options.pop("task_id", None) or str(uuid.uuid4())
         results = []
         with _one_transaction(app, options):
