@@ -191,7 +191,7 @@ class Signature(dict[str, Any]):
             return chain(self, other, app=self._app)
         return NotImplemented
 
-    def __ior__(self, other: Any) -> Signature:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> Signature:  # type: ignore[override]
         """``flow |= step`` chains, as ``|`` does (not dict's in-place merge), as in Celery."""
         return self.__or__(other)
 
