@@ -232,8 +232,10 @@ async def test_a_failed_chain_step_fails_the_later_steps_as_celerys_worker(worke
 
 def test_canvas_in_eager_mode_gives_celerys_outcomes(ref: Any) -> None:
     ours = Celery("eager_canvas", set_as_current=False, task_always_eager=True)
-    for fun in (add, mul, tsum, fail):
+    for fun in (add, mul, tsum, fail, canvas.echo):
         ours.task(name=f"canvas.{fun.__name__}")(fun)
+    nested = {name: _value(flow().get()) for name, flow in _nested_flows(ours).items()}
+    assert nested == {name: _value(flow().get()) for name, flow in _nested_flows(ref).items()}
     flows = [
         lambda a: (t(a, "add").s(2, 2) | t(a, "mul").s(5)).delay().get(),
         lambda a: [r.get() for r in _group(a)(t(a, "add").s(i, i) for i in range(4)).delay().results],
