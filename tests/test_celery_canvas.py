@@ -359,6 +359,16 @@ async def test_errors_in_nested_members_propagate_as_celerys(worker: Any, app: C
     assert str(outer.value).startswith(f"Dependency {in_header.parent.results[1].id} raised ChordError(")
 
 
+def test_two_apps_installed_on_one_client_share_the_builtin_kinds(db_url: str) -> None:
+    client = Client(db_url, **FAST)
+    apps = [Celery(name, set_as_current=False, database_url=db_url) for name in ("one", "two")]
+    for one in apps:
+        one.task(name=f"{one.main}.add")(add)
+        one.install(client)
+    assert {"celery.map", "celery.starmap", "one.add", "two.add"} <= set(client.registry.handlers)
+    assert "celery.map" not in apps[0].tasks  # built in, as Celery's, but not listed with the app's own
+
+
 async def test_group_results_are_saved_and_restored_from_postgresql(worker: Any, app: Celery) -> None:
     # Celery 5.7 (its worker, redis backend): restore(id) gives the saved members in order, None
     # for an id never saved or deleted; app.GroupResult.restore(id) is the same on the app.

@@ -382,7 +382,9 @@ class Awa:
         from .builtins import builtin_tasks
         from .worker import make_handler, rescued_hook
 
-        for task in {**builtin_tasks(self), **self.tasks}.values():
+        # The built-in kinds once per client (a second app installed on it shares them).
+        builtins = {k: v for k, v in builtin_tasks(self).items() if k not in client.registry.handlers}
+        for task in {**builtins, **self.tasks}.values():
             handler = make_handler(task)
             if wrap is not None:
                 handler = wrap(handler)
