@@ -206,7 +206,7 @@ async def test_link_and_link_error_run_as_celerys(worker: Any, app: Celery, ref:
 async def test_a_failed_chain_step_fails_the_later_steps_as_celerys_worker(worker: Any, app: Celery, ref: Any) -> None:
     # Celery eager raises the step's error from the call; its real worker (CELERY_WORKER) never
     # sends the later steps but marks their results FAILURE with that error; a chord after the
-    # failed step stays PENDING (callback and header).
+    # failed step has its callback marked FAILURE too, its header left PENDING.
     with pytest.raises(ValueError, match="boom 2"):
         (t(ref, "add").s(1, 1) | t(ref, "fail").s() | t(ref, "add").s(1)).delay()
     await worker()
@@ -228,6 +228,8 @@ async def test_a_failed_chain_step_fails_the_later_steps_as_celerys_worker(worke
         await get(flow)
     await wait_until(lambda: flow.parent.parent.state == states.FAILURE)
     assert [flow.state, [r.state for r in flow.parent.results]] == CELERY_WORKER["failed chain: the chord after it"]
+    with pytest.raises(ValueError, match="boom 2"):
+        await get(AsyncResult(flow.id, app=app))
 
 
 def test_canvas_in_eager_mode_gives_celerys_outcomes(ref: Any) -> None:
@@ -282,7 +284,7 @@ CELERY_WORKER: dict[str, Any] = {
     "chord in a chord header fails: outer state": "PENDING",  # Celery never ends it; awa fails it
     "failed chain: states, last first": ["FAILURE", "FAILURE", "FAILURE", "SUCCESS"],
     "failed chain: last step name, args": ("canvas.mul", [2]),
-    "failed chain: the chord after it": ["PENDING", ["PENDING", "PENDING"]],
+    "failed chain: the chord after it": ["FAILURE", ["PENDING", "PENDING"]],  # its callback, its header
 }
 
 

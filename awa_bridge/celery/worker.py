@@ -286,8 +286,8 @@ def _tell_canvas(task: Task, request: Context, meta: dict[str, Any], exc: BaseEx
 def _fail_chain_steps(
     app: Any, request: Context, meta: dict[str, Any], exc: BaseException, einfo: ExceptionInfo
 ) -> None:
-    """Record the chain's later task steps failed with this error, as Celery's backend does
-    (a later group or chord stays PENDING, as in Celery): their results read FAILURE."""
+    """Record the chain's later task steps failed with this error, as Celery's backend does: their
+    results read FAILURE (of a later chord, its callback; a group and a chord's header stay PENDING)."""
     import json
 
     from ..drivers.psycopg import PsycopgSync
@@ -298,6 +298,8 @@ def _fail_chain_steps(
     error["traceback"] = einfo.traceback
     steps = []
     for step in meta["chain"]:
+        if step.get("subtask_type") == "chord":
+            step = step["kwargs"]["body"]
         options = step.get("options") or {}
         if step.get("subtask_type") in ("chain", "group", "chord") or not options.get("task_id"):
             continue
