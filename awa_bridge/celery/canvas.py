@@ -25,9 +25,16 @@ as Celery's is, and is stored that way in the metadata of the job it follows:
 * ``link`` / ``link_error``: callbacks applied on success (with the value)
   and on failure (errbacks taking ``(request, exc, traceback)`` are called
   inline, others are enqueued with the task id), as Celery's.
+* Nesting as Celery's: a group inside a group or a chord's header is
+  unrolled into it; a chord inside a chord's header hands its slot in the
+  outer counter to its callback, which reports there when it completes (or
+  fails the outer chord when it fails).
+* ``xmap`` / ``xstarmap`` (``task.map``, ``task.starmap``): one job of the
+  built-in kinds (builtins.py); ``chunks``: a group of ``xstarmap`` parts.
 
 Task ids are given when the signature is frozen (uuids, as in Celery): a
-later step's ``AsyncResult`` reads PENDING until its job exists.
+later step's ``AsyncResult`` reads PENDING until its job exists (FAILURE when
+a step before it failed: worker.py records it, as Celery's backend does).
 """
 
 from __future__ import annotations
