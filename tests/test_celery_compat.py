@@ -387,6 +387,12 @@ async def test_the_examples_checkout_chain_and_chord_run_with_its_signal_receive
     assert monitoring.failures[0][0] == tasks.charge_order.name and "card declined" in monitoring.failures[0][2]
     assert monitoring.outcomes[(tasks.ship_order.name, "success")] == 2
     assert monitoring.outcomes[(tasks.reserve_stock.name, "success")] == 4
+    batch_id = tasks.fulfil_batch([(10, [("mug", 1)]), (11, [("tea", 2), ("spoon", 1)])])  # a saved group of chords
+    assert await asyncio.to_thread(tasks.batch_status, batch_id) == [
+        "order 10 shipped (1 lines)",
+        "order 11 shipped (2 lines)",
+    ]
+    assert tasks.batch_status("no-such-batch") is None
 
 
 # -- the runtime piece: job.set_result is written by the completing statement ----------------------------

@@ -23,7 +23,7 @@ from typing import Any, overload
 from . import signals, states
 from .app import Awa, Celery, current_app
 from .beat import crontab, schedule
-from .canvas import Signature, chain, chord, group, maybe_signature, signature, subtask
+from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, subtask, xmap, xstarmap
 from .errors import (
     CeleryError,
     ChordError,
@@ -97,6 +97,7 @@ __all__ = [
     "UnsupportedOption",
     "chain",
     "chord",
+    "chunks",
     "crontab",
     "current_app",
     "group",
@@ -109,4 +110,6 @@ __all__ = [
     "states",
     "subtask",
     "unregister_transaction_provider",
+    "xmap",
+    "xstarmap",
 ]

@@ -22,6 +22,7 @@ them, closed by ``app.close()``.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 import os
 import threading
@@ -34,7 +35,7 @@ from .options import SETTINGS, awa_priority, check_setting
 from .task import SHARED_TASKS, Task, build_task
 
 if TYPE_CHECKING:
-    from .result import AsyncResult
+    from .result import AsyncResult, GroupResult
 
 TaskBase = Task  # inside Awa, ``Task`` is the app.Task property
 
@@ -362,6 +363,13 @@ class Awa:
 
         return AsyncResult(task_id, app=self, task_name=task_name)
 
+    @functools.cached_property
+    def GroupResult(self) -> type[GroupResult]:
+        """``app.GroupResult``: group results on this app (``app.GroupResult.restore(id)``)."""
+        from .result import bound_group_result
+
+        return bound_group_result(self)
+
     # -- the worker ----------------------------------------------------------------------
 
     def install(self, client: Any, wrap: Callable[[Callable[[Any], Any]], Callable[[Any], Any]] | None = None) -> None:
@@ -371,9 +379,12 @@ class Awa:
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
         from . import signals
+        from .builtins import builtin_tasks
         from .worker import make_handler, rescued_hook
 
-        for task in self.tasks.values():
+        # The built-in kinds once per client (a second app installed on it shares them).
+        builtins = {k: v for k, v in builtin_tasks(self).items() if k not in client.registry.handlers}
+        for task in {**builtins, **self.tasks}.values():
             handler = make_handler(task)
             if wrap is not None:
                 handler = wrap(handler)

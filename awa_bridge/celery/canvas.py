@@ -25,9 +25,16 @@ as Celery's is, and is stored that way in the metadata of the job it follows:
 * ``link`` / ``link_error``: callbacks applied on success (with the value)
   and on failure (errbacks taking ``(request, exc, traceback)`` are called
   inline, others are enqueued with the task id), as Celery's.
+* Nesting as Celery's: a group inside a group or a chord's header is
+  unrolled into it; a chord inside a chord's header hands its slot in the
+  outer counter to its callback, which reports there when it completes (or
+  fails the outer chord when it fails).
+* ``xmap`` / ``xstarmap`` (``task.map``, ``task.starmap``): one job of the
+  built-in kinds (builtins.py); ``chunks``: a group of ``xstarmap`` parts.
 
 Task ids are given when the signature is frozen (uuids, as in Celery): a
-later step's ``AsyncResult`` reads PENDING until its job exists.
+later step's ``AsyncResult`` reads PENDING until its job exists (FAILURE when
+a step before it failed: worker.py records it, as Celery's backend does).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ValidationError
 from .errors import UnsupportedOption
 from .result import AsyncResult, EagerResult, GroupResult
 from .serialization import decode, encode
@@ -122,9 +130,10 @@ class Signature(dict[str, Any]):
         """The task this signature calls (one of the app's, or a stand-in that enqueues by name)."""
         if self._type is None:
             from .app import _by_name
+            from .builtins import builtin_tasks
 
             app = self.app
-            self._type = app.tasks.get(self.task) or _by_name(app, self.task)
+            self._type = app.tasks.get(self.task) or builtin_tasks(app).get(self.task) or _by_name(app, self.task)
         return self._type
 
     def __repr__(self) -> str:
@@ -189,6 +198,10 @@ class Signature(dict[str, Any]):
             return chain(self, other, app=self._app)
         return NotImplemented
 
+    def __ior__(self, other: Any) -> Signature:  # type: ignore[override]
+        """``flow |= step`` chains, as ``|`` does (not dict's in-place merge), as in Celery."""
+        return self.__or__(other)
+
     # -- calling -------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -247,6 +260,9 @@ def from_dict(data: Mapping[str, Any], app: Awa | None = None) -> Signature:
         return chain(*(from_dict(t, app) for t in data["kwargs"]["tasks"]), app=app, **options)
     if kind == "group":
         return group(*(from_dict(t, app) for t in data["kwargs"]["tasks"]), app=app, **options)
+    if kind == "chunks":
+        kwargs = data["kwargs"]
+        return chunks(from_dict(kwargs["task"], app), decode(kwargs["it"]), kwargs["n"], app=app, **options)
     if kind == "chord":
         kwargs = data["kwargs"]
         return chord([from_dict(t, app) for t in kwargs["header"]], from_dict(kwargs["body"], app), app=app, **options)
@@ -382,6 +398,11 @@ class chain(Signature):
         options = {**self.options, **options}
         chord_slot = options.pop("chord", None)
         if chord_slot is not None:
+            if isinstance(steps[-1], group):  # refused before anything is written
+                raise UnsupportedOption(
+                    "chord",
+                    "a chain ending in a group inside a chord's header is not supported on awa; end it with a task",
+                )
             steps[-1] = steps[-1].clone(chord=chord_slot)
         # Freeze every step first, so each has its id and the results link up as parents.
         results: list[Any] = []
@@ -474,9 +495,13 @@ class group(Signature):
             member.link_error(errback)
         return errback
 
+    def _members(self) -> list[Signature]:
+        """The members as they run: a group inside a group is unrolled into it, as Celery does."""
+        return _unrolled(self.tasks)
+
     def freeze(self, _id: str | None = None, **ignored: Any) -> Any:
         group_id = self.options.setdefault("task_id", _id or str(uuid.uuid4()))
-        return GroupResult(group_id, [m.freeze() for m in self.tasks])
+        return GroupResult(group_id, [m.freeze() for m in self._members()], app=self._app)
 
     def apply_async(self, args: Any = None, kwargs: Any = None, route_name: Any = None, **options: Any) -> Any:
         app = self.app
@@ -486,25 +511,27 @@ class group(Signature):
         options.pop("chain", None)  # a group is never followed in a chain: it became a chord
         group_id = options.pop("task_id", None) or str(uuid.uuid4())
         results = []
-        for member in self.tasks:
-            _refuse_nesting(member, "group")  # before anything is written
         with _one_transaction(app, options):
-            for index, member in enumerate(self.tasks):
-                results.append(member.apply_async(args, kwargs, group_id=group_id, group_index=index, **options))
-        return GroupResult(group_id, results)
+            for index, member in enumerate(self._members()):
+                # A chord member keeps its own header's group id.
+                place = {} if isinstance(member, chord) else {"group_id": group_id, "group_index": index}
+                results.append(member.apply_async(args, kwargs, **place, **options))
+        return GroupResult(group_id, results, app=app)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         group_id = options.get("task_id") or self.options.get("task_id") or str(uuid.uuid4())
-        return GroupResult(group_id, [m.apply(args, kwargs) for m in self.tasks])
+        return GroupResult(group_id, [m.apply(args, kwargs) for m in self._members()], app=self._app)
 
 
-def _refuse_nesting(member: Signature, where: str) -> None:
-    if isinstance(member, (group, chord)):
-        raise UnsupportedOption(
-            f"{where}.tasks",
-            f"a {member.subtask_type} inside a {where} is not supported on awa; "
-            "flatten it into one group, or chain the inner one",
-        )
+def _unrolled(members: list[Signature]) -> list[Signature]:
+    """Members with every nested group (not chord) replaced by its own members, in order."""
+    flat: list[Signature] = []
+    for member in members:
+        if isinstance(member, group):
+            flat.extend(member._members())
+        else:
+            flat.append(member)
+    return flat
 
 
 # -- chord ------------------------------------------------------------------------------------------------
@@ -531,6 +558,10 @@ class chord(Signature):
     @property
     def tasks(self) -> list[Signature]:
         return list(self["kwargs"]["header"])
+
+    def _members(self) -> list[Signature]:
+        """The header as it runs: nested groups unrolled into it, as Celery does."""
+        return _unrolled(self.tasks)
 
     @property
     def body(self) -> Signature | None:
@@ -563,7 +594,7 @@ class chord(Signature):
         body = self._need_body()
         result = body.freeze(_id)
         group_id = self.options.setdefault("group_id", str(uuid.uuid4()))
-        result.parent = GroupResult(group_id, [m.freeze() for m in self.tasks])
+        result.parent = GroupResult(group_id, [m.freeze() for m in self._members()], app=self._app)
         return result
 
     def apply_async(
@@ -578,8 +609,10 @@ class chord(Signature):
             return self.apply(args, kwargs, **options)
         callback = self._need_body().clone()
         options = {**self.options, **options}
-        if options.get("chord") is not None:
-            raise UnsupportedOption("chord", "a chord inside a chord's header is not supported on awa")
+        # Inside another chord's header (or at the end of a chain that is): the callback reports to it.
+        slot = options.pop("chord", None)
+        if slot is not None:
+            callback.options["chord"] = slot
         for key in ("chain", "link", "link_error"):
             if key in options:
                 callback.options.setdefault(key, [])
@@ -587,26 +620,98 @@ class chord(Signature):
         result = callback.freeze()
         group_id = options.pop("group_id", None) or str(uuid.uuid4())
         options.pop("task_id", None)
-        members = self.tasks
+        members = self._members()
         if not members:
-            return _attach_parent(callback.apply_async(([],), **options), GroupResult(group_id, []))
+            return _attach_parent(callback.apply_async(([],), **options), GroupResult(group_id, [], app=app))
         member_results = []
-        for member in members:
-            _refuse_nesting(member, "chord")  # before anything is written
         with _one_transaction(app, options):
             _create_chord(options["connection"], result.id, callback, len(members))
             for index, member in enumerate(members):
-                slot = {"id": result.id, "index": index}
-                member_results.append(
-                    member.apply_async(args, kwargs, chord=slot, group_id=group_id, group_index=index, **options)
-                )
-        result.parent = GroupResult(group_id, member_results)
+                place: dict[str, Any] = {"chord": {"id": result.id, "index": index}}
+                if not isinstance(member, chord):  # a chord member keeps its own header's group id
+                    place.update(group_id=group_id, group_index=index)
+                member_results.append(member.apply_async(args, kwargs, **place, **options))
+        result.parent = GroupResult(group_id, member_results, app=app)
         return result
 
     def apply(self, args: Any = None, kwargs: Any = None, propagate: bool = True, **options: Any) -> Any:
         """Eagerly, as Celery: the header runs, then the body with its values (a failed member raises here)."""
-        values = group(self.tasks, app=self._app).apply(args, kwargs).get(propagate=propagate)
+        values = group(self._members(), app=self._app).apply(args, kwargs).get(propagate=propagate)
         return self._need_body().apply((values,))
+
+
+# -- map, starmap, chunks ------------------------------------------------------------------------------------
+
+
+def xmap(task: Any, it: Iterable[Any], app: Awa | None = None) -> Signature:
+    """``task.map(items)``: one job calling the task for every item; its value is the list of results."""
+    return _mapping("celery.map", "xmap", task, it, app)
+
+
+def xstarmap(task: Any, it: Iterable[Any], app: Awa | None = None) -> Signature:
+    """``task.starmap(items)``: as ``xmap``, each item being the arguments of one call."""
+    return _mapping("celery.starmap", "xstarmap", task, it, app)
+
+
+def _mapping(name: str, kind: str, task: Any, it: Iterable[Any], app: Awa | None) -> Signature:
+    sig = _as_signature(task, app)
+    target: dict[str, Any] = {
+        "task": sig.task,
+        "args": [],
+        "kwargs": {},
+        "options": {},
+        "subtask_type": None,
+        "immutable": False,
+    }
+    items = [list(item) if isinstance(item, tuple) else item for item in it]
+    owner = app or sig._app
+    # Routed as the task it calls (Celery sends it with route_name=task.name): its workers have it.
+    options = {"queue": owner.queue_of(sig.type)} if owner is not None else {}
+    return Signature(name, (), {"task": target, "it": items}, options, subtask_type=kind, immutable=True, app=owner)
+
+
+def _as_signature(task: Any, app: Awa | None) -> Signature:
+    if isinstance(task, Signature):
+        return task
+    return maybe_signature(task, app) if isinstance(task, Mapping) else task.s()
+
+
+class chunks(Signature):
+    """``task.chunks(items, n)``: the items in parts of ``n``, each part one ``starmap`` job, run as a group."""
+
+    subtask_type = "chunks"
+
+    def __init__(self, task: Any, it: Iterable[Any] = (), n: int = 1, app: Awa | None = None, **options: Any) -> None:
+        if isinstance(task, Mapping) and not isinstance(task, Signature) and "kwargs" in task:
+            fields, options = task["kwargs"], {**task.get("options", {}), **options}  # rebuilt by clone()
+            task, it, n = fields["task"], fields["it"], fields["n"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValidationError("n", f"chunks(): the part size must be a positive integer, got {n!r}")
+        sig = _as_signature(task, app)
+        kwargs = {"task": sig, "it": [list(i) if isinstance(i, tuple) else i for i in it], "n": n}
+        super().__init__("celery.chunks", (), kwargs, options, subtask_type="chunks", immutable=True, app=app)
+        self._app = app or sig._app
+
+    def group(self) -> group:
+        """The group of ``starmap`` parts (``chunks(...).group()``, as Celery's)."""
+        kwargs = self["kwargs"]
+        items, n = kwargs["it"], kwargs["n"]
+        parts = [items[i : i + n] for i in range(0, len(items), n)]
+        return group((xstarmap(kwargs["task"], part, self._app) for part in parts), app=self._app, **self.options)
+
+    def __call__(self, **options: Any) -> Any:
+        return self.apply_async(**options)
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, route_name: Any = None, **options: Any) -> Any:
+        return self.group().apply_async(**options)
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        return self.group().apply(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["kwargs"] = {**data["kwargs"], "task": self["kwargs"]["task"].to_dict()}
+        return data
 
 
 def _create_chord(conn: Any, chord_id: str, callback: Signature, size: int) -> None:
@@ -629,9 +734,12 @@ __all__ = [
     "Signature",
     "chain",
     "chord",
+    "chunks",
     "from_dict",
     "group",
     "maybe_signature",
     "signature",
     "subtask",
+    "xmap",
+    "xstarmap",
 ]

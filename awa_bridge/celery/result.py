@@ -13,6 +13,7 @@ result does in Celery.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import time
 from contextvars import ContextVar
@@ -271,9 +272,16 @@ class AsyncResult:
             raise RuntimeError(
                 "Never call result.get() within a task! (it blocks a worker slot waiting for another job)"
             )
+        return self._wait(timeout, propagate, interval, parents=propagate)
+
+    wait = get
+
+    def _wait(self, timeout: float | None, propagate: bool, interval: float, parents: bool) -> Any:
+        """Poll until ready; with ``parents``, a failed parent's error is raised first (Celery's
+        ``get``; its ``GroupResult.get`` waits on each member alone, without its parents)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if propagate:
+            if parents:
                 self._maybe_reraise_parent_error()
             row = self._fetch()
             state = states.from_job(row["state"], row["attempt"]) if row else states.PENDING
@@ -288,14 +296,14 @@ class AsyncResult:
             raise value
         return value
 
-    wait = get
-
     def _maybe_reraise_parent_error(self) -> None:
-        """As Celery's ``get``: the error of a failed earlier chain step is raised at once
-        (the later steps never run)."""
+        """As Celery's ``get``: the error of a failed earlier chain step, or of a failed member of
+        the chord header before this callback, is raised at once (the later steps never run)."""
         for node in reversed(list(self._parents())):
-            if isinstance(node, AsyncResult) and node.state in states.PROPAGATE_STATES:
-                raise node.result
+            members = node.results if isinstance(node, GroupResult) else [node]
+            for member in members:
+                if isinstance(member, AsyncResult) and member.state in states.PROPAGATE_STATES:
+                    raise member.result
 
     def _parents(self) -> Any:
         node = self.parent
@@ -415,10 +423,13 @@ class GroupResult:
     order) raises its error, as in Celery.
     """
 
-    def __init__(self, id: str | None = None, results: list[Any] | None = None, parent: Any = None) -> None:
+    def __init__(
+        self, id: str | None = None, results: list[Any] | None = None, parent: Any = None, app: Awa | None = None
+    ) -> None:
         self.id = id
         self.results: list[Any] = list(results or [])
         self.parent = parent
+        self._app = app
 
     def __repr__(self) -> str:
         return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
@@ -458,7 +469,9 @@ class GroupResult:
         values = []
         for result in self.results:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            if isinstance(result, (AsyncResult, GroupResult)):
+            if isinstance(result, AsyncResult):
+                values.append(result._wait(left, propagate, interval, parents=False))
+            elif isinstance(result, GroupResult):
                 values.append(result.get(timeout=left, propagate=propagate, interval=interval, **options))
             else:
                 values.append(result.get(timeout=left, propagate=propagate))
@@ -474,9 +487,70 @@ class GroupResult:
         for result in self.results:
             result.forget()
 
-    def save(self, backend: Any = None) -> None:
-        raise UnsupportedOption("save", "group results are not stored; keep the member ids (result.results)")
+    def save(self, backend: Any = None) -> GroupResult:
+        """Store the group's member ids in PostgreSQL, for ``GroupResult.restore(id)`` (Celery's
+        ``save``): one completed row in ``awa.jobs`` (kind ``celery.group``), kept as long as
+        every result (the worker's retention); saving again replaces it."""
+        if backend is not None:
+            raise UnsupportedOption("backend", "group results are stored in PostgreSQL; drop backend=")
+        if self.id is None:
+            raise ValidationError("id", "a GroupResult needs its id to be saved")
+        members = [_member_ids(r) for r in self.results]
+        _run(self._owner(), "save_group_result", {"key": _saved_key(self.id), "ids": json.dumps(members)})
+        return self
+
+    def delete(self, backend: Any = None) -> None:
+        """Remove what ``save()`` stored."""
+        if self.id is not None:
+            _run(self._owner(), "delete_group_result", {"key": _saved_key(self.id)})
 
     @classmethod
-    def restore(cls, id: str, backend: Any = None, app: Any = None) -> GroupResult:
-        raise UnsupportedOption("restore", "group results are not stored; rebuild GroupResult(id, [AsyncResult(...)])")
+    def restore(cls, id: str, backend: Any = None, app: Any = None) -> GroupResult | None:
+        """The group saved under ``id`` (None when none was, or it expired), as Celery's."""
+        from .app import current_app
+
+        if backend is not None:
+            raise UnsupportedOption("backend", "group results are stored in PostgreSQL; drop backend=")
+        owner = app or cls._default_app or current_app()
+        rows = _run(owner, "restore_group_result", {"key": _saved_key(id)})
+        if not rows:
+            return None
+        return cls(id, [_from_member_ids(m, owner) for m in rows[0]["result"]], app=owner)
+
+    def _owner(self) -> Awa:
+        from .app import current_app
+
+        return self._app or type(self)._default_app or current_app()
+
+    #: The app of ``app.GroupResult`` (see ``bound_group_result``); None: the current app.
+    _default_app: Awa | None = None
+
+
+def _run(app: Awa, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..drivers.psycopg import PsycopgSync
+    from ..sql import QUERIES
+
+    return PsycopgSync(app.connection()).fetch_all(QUERIES[name], params)
+
+
+def _saved_key(group_id: str) -> str:
+    """The id a saved group is found by: Celery's backend key for it (apart from task ids)."""
+    return f"celery-taskset-meta-{group_id}"
+
+
+def _member_ids(result: Any) -> Any:
+    """A member as stored: its id, or for a nested group ``{"group": id, "results": [...]}``."""
+    if isinstance(result, GroupResult):
+        return {"group": result.id, "results": [_member_ids(r) for r in result.results]}
+    return str(result.id)
+
+
+def _from_member_ids(data: Any, app: Any) -> Any:
+    if isinstance(data, dict):
+        return GroupResult(data.get("group"), [_from_member_ids(d, app) for d in data["results"]], app=app)
+    return AsyncResult(data, app=app)
+
+
+def bound_group_result(app: Awa) -> type[GroupResult]:
+    """``app.GroupResult``: ``GroupResult`` on ``app``'s database (``app.GroupResult.restore(id)``)."""
+    return type("GroupResult", (GroupResult,), {"_default_app": app, "__module__": __name__})

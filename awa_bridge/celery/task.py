@@ -295,6 +295,24 @@ class Task:
         sig.set_immutable(True)
         return sig
 
+    def map(self, it: Any) -> Any:
+        """``task.map(items)``: one job calling the task on each item (``celery.map``)."""
+        from .canvas import xmap
+
+        return xmap(self.s(), it, self._app)
+
+    def starmap(self, it: Any) -> Any:
+        """``task.starmap(items)``: one job calling the task with each item's arguments (``celery.starmap``)."""
+        from .canvas import xstarmap
+
+        return xstarmap(self.s(), it, self._app)
+
+    def chunks(self, it: Any, n: int) -> Any:
+        """``task.chunks(items, n)``: the items in parts of ``n``, each one ``starmap`` job, as a group."""
+        from .canvas import chunks
+
+        return chunks(self.s(), it, n, app=self._app)
+
     # -- hooks (no-ops, as in Celery) ---------------------------------------------------
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:

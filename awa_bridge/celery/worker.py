@@ -279,6 +279,43 @@ def _tell_canvas(task: Task, request: Context, meta: dict[str, Any], exc: BaseEx
     slots += [step["options"]["chord"] for step in meta.get("chain") or () if (step.get("options") or {}).get("chord")]
     for slot in slots:
         _chord_member_failed(app, slot, f"Dependency {request.id} raised {exc!r}")
+    if meta.get("chain"):
+        _fail_chain_steps(app, request, meta, exc, einfo)
+
+
+def _fail_chain_steps(
+    app: Any, request: Context, meta: dict[str, Any], exc: BaseException, einfo: ExceptionInfo
+) -> None:
+    """Record the chain's later task steps failed with this error, as Celery's backend does: their
+    results read FAILURE (of a later chord, its callback; a group and a chord's header stay PENDING)."""
+    import json
+
+    from ..drivers.psycopg import PsycopgSync
+    from ..sql import QUERIES
+
+    info = {**exception_info(exc), "attempt": 0}
+    error = {"error": f"{type(exc).__name__}: {exc}", "type": "ChainStepFailed", "attempt": 0}
+    error["traceback"] = einfo.traceback
+    steps = []
+    for step in meta["chain"]:
+        if step.get("subtask_type") == "chord":
+            step = step["kwargs"]["body"]
+        options = step.get("options") or {}
+        if step.get("subtask_type") in ("chain", "group", "chord") or not options.get("task_id"):
+            continue
+        task = app.tasks.get(step["task"])
+        celery = {"id": options["task_id"], "exc": info, "parent_id": request.id}
+        steps.append(
+            {
+                "kind": step["task"],
+                "queue": options.get("queue") or (app.queue_of(task) if task else app.conf.task_default_queue),
+                "args": {"args": step.get("args") or [], "kwargs": step.get("kwargs") or {}},
+                "error": error,
+                "metadata": {"celery": celery},
+            }
+        )
+    if steps:
+        PsycopgSync(app.connection()).fetch_all(QUERIES["fail_chain_steps"], {"steps": json.dumps(steps)})
 
 
 def rescued_hook(app: Any) -> Callable[[dict[str, Any]], None]:

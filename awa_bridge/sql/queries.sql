@@ -1395,6 +1395,48 @@ RETURNING callback
 DELETE FROM awa.celery_chords WHERE chord_id = %(chord_id)s
 RETURNING chord_id
 
+-- name: fail_chain_steps
+-- The later steps of a chain whose step failed for good: never run, they are
+-- recorded failed with that step's error (attempt 0), as Celery's backend marks
+-- them, so AsyncResult(step id) reads FAILURE. One row per step, in awa.jobs
+-- like every result, so retention removes them with the rest.
+INSERT INTO awa.jobs (kind, queue, args, state, attempt, max_attempts, finalized_at, errors, metadata)
+SELECT s.kind, s.queue, s.args, 'failed', 0, 1, now(),
+       ARRAY[s.error || jsonb_build_object('at', now())], s.metadata
+FROM jsonb_to_recordset(CAST(%(steps)s AS jsonb)) AS s(kind text, queue text, args jsonb, error jsonb, metadata jsonb)
+RETURNING id
+
+-- name: save_group_result
+-- GroupResult.save(): the member ids kept as the result of one completed row
+-- of kind celery.group, found by Celery's backend key (celery-taskset-meta-<id>)
+-- in metadata.celery.id (jobs_celery_task_id_idx); it expires with the other
+-- finished jobs (retention). Saving again replaces the row.
+WITH gone AS (
+    DELETE FROM awa.jobs
+    WHERE metadata ? 'celery' AND metadata -> 'celery' ->> 'id' = %(key)s AND kind = 'celery.group'
+), saved AS (
+    INSERT INTO awa.jobs (kind, state, attempt, max_attempts, finalized_at, metadata)
+    VALUES ('celery.group', 'completed', 0, 1, now(),
+            jsonb_build_object('celery', jsonb_build_object('id', CAST(%(key)s AS text))))
+    RETURNING id
+)
+INSERT INTO awa.job_results (job_id, result)
+SELECT id, CAST(%(ids)s AS jsonb) FROM saved
+RETURNING job_id
+
+-- name: restore_group_result
+SELECT r.result
+FROM awa.jobs AS j
+JOIN awa.job_results AS r ON r.job_id = j.id
+WHERE j.metadata ? 'celery' AND j.metadata -> 'celery' ->> 'id' = %(key)s AND j.kind = 'celery.group'
+ORDER BY j.id DESC
+LIMIT 1
+
+-- name: delete_group_result
+DELETE FROM awa.jobs
+WHERE metadata ? 'celery' AND metadata -> 'celery' ->> 'id' = %(key)s AND kind = 'celery.group'
+RETURNING id
+
 -- name: celery_jobs_in_states
 -- app.control.inspect(): the jobs of the app's task names in some states.
 SELECT id, kind, queue, state::text AS state, args, metadata, priority, attempt, run_at, attempted_at

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awa_bridge.celery import AsyncResult, EagerResult, Task, chord, group, shared_task
+from awa_bridge.celery import AsyncResult, EagerResult, GroupResult, Task, chord, group, shared_task
 
 from .celery_app import app
 from .services import CardDeclined, GatewayTimeout, gateway, outbox, rates_api
@@ -75,11 +75,27 @@ def checkout(order_id: int, amount_cents: int, lines: list[tuple[str, int]]) -> 
     return result
 
 
+def fulfil_batch(orders: list[tuple[int, list[tuple[str, int]]]]) -> str:
+    """Fulfil several orders in parallel (a group of chords) and save the group, so a status page
+    can find it again by its id alone: ``batch_status(batch_id)``."""
+    batch = group(chord([reserve_stock.s(o, sku, n) for sku, n in lines], ship_order.s(o)) for o, lines in orders)
+    saved: GroupResult = batch.delay().save()
+    return str(saved.id)
+
+
+def batch_status(batch_id: str) -> list[str] | None:
+    """What each order of a saved batch came to, waiting for the ones still running (None: unknown id)."""
+    batch = app.GroupResult.restore(batch_id)
+    return None if batch is None else batch.get(timeout=30)
+
+
 __all__ = [
     "CardDeclined",
     "add",
+    "batch_status",
     "charge_order",
     "checkout",
+    "fulfil_batch",
     "fulfil_order",
     "refresh_rates",
     "reserve_stock",
