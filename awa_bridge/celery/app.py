@@ -386,6 +386,11 @@ class Awa:
                 raise ValidationError("beat_schedule", f"schedule {job.name!r} is already declared on this client")
             client.schedules[job.name] = job
 
+    @property
+    def prefork(self) -> bool:
+        """``worker_pool="prefork"``: tasks with a hard time limit run in child processes (see ``child``)."""
+        return self.conf.worker_pool in ("prefork", "processes")
+
     def queue_of(self, task: TaskBase) -> str:
         return str(self.route(task.name).get("queue") or task.queue or self.conf.task_default_queue)
 

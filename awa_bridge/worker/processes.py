@@ -11,8 +11,10 @@ child is also replaced after ``max_tasks_per_child`` attempts, like Celery's
 prefork pool, so a handler that leaks memory cannot grow without bound.
 
 The entry point is small on purpose (``ProcessPool.run``: a function, the
-job, the seconds it may take), so that Celery's hard ``time_limit`` can map
-onto it. Children are started with ``spawn`` (safe beside the worker's
+job, the seconds it may take), so that Celery's hard ``time_limit`` maps
+onto it: ``raw=True`` carries the function's own return value back instead
+of an outcome (``awa_bridge.celery.child`` runs only the task's function in
+the child; everything around it stays in the worker). Children are started with ``spawn`` (safe beside the worker's
 threads) and import the handler's module; the handler must be a module-level
 function. In a child, ``job.set_progress``, ``update_metadata`` and
 ``set_result`` are carried back with the outcome; ``flush_progress`` and
@@ -36,8 +38,9 @@ from .outcomes import Outcome, outcome_of_exception
 log = logging.getLogger("awa_bridge.worker")
 
 POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's state
-# What a child reports: the outcome, and what the handler recorded on its job.
-Carried = tuple[Outcome, Any, bool, dict[str, Any], str | None]
+# What a child reports: the outcome (with raw=True: what the function returned), and what the
+# handler recorded on its job.
+Carried = tuple[Any, Any, bool, dict[str, Any], str | None]
 JOB_FIELDS = (
     "id",
     "kind",
@@ -74,13 +77,14 @@ def _child_main(conn: Any) -> None:
             return
         if message is None:
             return
-        fn, fields = message
+        fn, fields, raw = message
         job = JobContext(**fields)
+        answer: Any
         try:
-            outcome = outcome_for(job, fn(job))
+            answer = fn(job) if raw else outcome_for(job, fn(job))
         except BaseException as exc:
-            outcome = outcome_of_exception(exc, job.attempt, job.max_attempts)
-        conn.send((outcome, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
+            answer = outcome_of_exception(exc, job.attempt, job.max_attempts)
+        conn.send((answer, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
 
 
 class _Child:
@@ -132,16 +136,18 @@ class ProcessPool:
         except queue.Empty:
             return self._spawn()
 
-    def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None) -> Carried:
-        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``)."""
-        fields = {name: getattr(job, name) for name in JOB_FIELDS}
+    def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None, raw: bool = False) -> Carried:
+        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``).
+
+        ``raw``: carry back what ``fn`` returned (it must not raise), not its outcome."""
+        message = (fn, {name: getattr(job, name) for name in JOB_FIELDS}, raw)
         child = self._take()
         try:
-            child.conn.send((fn, fields))
+            child.conn.send(message)
         except (OSError, ValueError):  # the child died while idle: use a fresh one
             child.kill()
             child = self._spawn()
-            child.conn.send((fn, fields))
+            child.conn.send(message)
         self._wait(child, job, timeout)
         try:
             carried: Carried = child.conn.recv()
@@ -191,7 +197,14 @@ class ProcessPool:
 
 def apply_carried(job: JobContext, carried: Carried) -> Outcome:
     """Copy what the handler recorded in its child onto the worker's job; its outcome."""
-    outcome, progress, dirty, metadata_patch, result_json = carried
+    apply_recorded(job, carried)
+    outcome: Outcome = carried[0]
+    return outcome
+
+
+def apply_recorded(job: JobContext, carried: Carried) -> None:
+    """Copy what the handler recorded on its job in the child onto the worker's job."""
+    _, progress, dirty, metadata_patch, result_json = carried
     if dirty:
         job.progress = progress
         job._progress_dirty = True
@@ -199,4 +212,3 @@ def apply_carried(job: JobContext, carried: Carried) -> Outcome:
         job.metadata.update(metadata_patch)
         job._metadata_patch.update(metadata_patch)
     job._result_json = result_json
-    return outcome
