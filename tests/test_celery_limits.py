@@ -105,7 +105,8 @@ def test_an_async_task_past_its_hard_limit_fails_with_time_limit_exceeded(worker
     for task, tag in ((limits.async_stuck, "d"), (limits.async_blocking, "e")):
         result = finished(task.delay(tag), 15)
         assert result.state == states.FAILURE and isinstance(result.result, TimeLimitExceeded), tag
-        wait_for(lambda: noted(f"task_failure {task.name} TimeLimitExceeded"), 5, "task_failure")
+        signal = f"task_failure {task.name} TimeLimitExceeded"
+        wait_for(lambda: noted(signal), 5, "task_failure")  # noqa: B023 (called in this iteration)
     assert limits.add.delay(2, 2).get(timeout=15, interval=0.02) == 4
 
 

@@ -172,9 +172,7 @@ class Task:
 
     def _autoretry(self, exc: Exception) -> BaseException:
         """What to raise for ``exc`` raised by ``run``: itself, or the retry ``autoretry_for`` asks for."""
-        if isinstance(exc, Retry) or isinstance(exc, self.dont_autoretry_for):
-            return exc
-        if not isinstance(exc, self.autoretry_for):
+        if isinstance(exc, (Retry, *self.dont_autoretry_for)) or not isinstance(exc, self.autoretry_for):
             return exc
         retry_kwargs = dict(self.retry_kwargs)
         if self.retry_backoff:
