@@ -370,7 +370,7 @@ class Awa:
 
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
-        from . import signals
+        from . import child, signals
         from .worker import make_handler, rescued_hook
 
         for task in self.tasks.values():
@@ -380,6 +380,7 @@ class Awa:
             client.registry.register(task.name, handler, kind=task.name, queue=self.queue_of(task))
         client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
+        client.hooks.add("shutdown", lambda worker: child.shutdown())
         client.hooks.add("rescued", rescued_hook(self))
         for job in self.periodic_jobs():
             if job.name in client.schedules:

@@ -37,6 +37,7 @@ import concurrent.futures
 import contextvars
 import ctypes
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator
@@ -165,6 +166,34 @@ def run_bounded(call: Callable[[], Any], hard: float, name: str) -> Any:
             name,
         )
         raise TimeLimitExceeded(hard) from None
+
+
+class AlarmLimit:
+    """``with AlarmLimit(soft):`` in a child process's main thread: ``SoftTimeLimitExceeded`` by SIGALRM,
+    which interrupts a blocking call (``time.sleep``, a socket read), as Celery's soft limit does."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.armed = False
+        self.previous: Any = None
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.armed = False
+            raise SoftTimeLimitExceeded()
+
+    def __enter__(self) -> AlarmLimit:
+        if self.seconds is not None:
+            self.armed = True
+            self.previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.seconds is not None:
+            self.armed = False  # a signal handled from here on raises nothing
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
 
 
 # -- async def tasks --------------------------------------------------------------------------------

@@ -537,6 +537,8 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
 
 #: Tasks declared with ``@shared_task``: every app knows them.
 SHARED_TASKS: dict[str, Task] = {}
+#: Every task built in this process, by (its function's module, its name): how a child process finds it.
+BUILT_TASKS: dict[tuple[str, str], Task] = {}
 
 
 def default_name(fun: Callable[..., Any], app: Awa | None) -> str:
@@ -580,6 +582,7 @@ def build_task(fun: Callable[..., Any], app: Awa | None, options: dict[str, Any]
     cls = type(fun.__name__, (base,), attrs)
     task: Task = cls()
     task._app = app
+    BUILT_TASKS[(fun.__module__, name)] = task
     # The enqueue-time checks (queue name, priority range) run now, not at the first delay().
     if task.queue is not None:
         from .options import _check_queue

@@ -129,9 +129,11 @@ def _call(task: Task, job: Any, args: Any, kwargs: Any, limits: tuple[float | No
 
     soft, hard = limits
     if hard is not None and task.app.prefork:
-        from .child import run_in_child
+        from .child import module_of, run_in_child
 
-        return run_in_child(task, job, soft, hard)
+        module = module_of(task)
+        if module is not None:
+            return run_in_child(task, job, module, soft, hard)
 
     def attempt() -> Any:
         if task.is_async:

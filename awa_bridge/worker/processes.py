@@ -38,6 +38,7 @@ from .outcomes import Outcome, outcome_of_exception
 log = logging.getLogger("awa_bridge.worker")
 
 POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's state
+READY = "ready"  # a new child's first message: its interpreter is up, so the attempt's clock starts
 # What a child reports: the outcome (with raw=True: what the function returned), and what the
 # handler recorded on its job.
 Carried = tuple[Any, Any, bool, dict[str, Any], str | None]
@@ -67,9 +68,10 @@ class ChildKilled(Exception):
 
 
 def _child_main(conn: Any) -> None:
-    """A child's loop: run one attempt per message until the pipe closes or says stop."""
+    """A child's loop: say it is ready, then run one attempt per message until the pipe closes or says stop."""
     from .executor import outcome_for
 
+    conn.send(READY)
     while True:
         try:
             message = conn.recv()
@@ -94,6 +96,7 @@ class _Child:
         self.process.start()
         child_conn.close()
         self.tasks = 0
+        self.ready = False
 
     def kill(self) -> None:
         self.process.kill()
@@ -137,7 +140,8 @@ class ProcessPool:
             return self._spawn()
 
     def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None, raw: bool = False) -> Carried:
-        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``).
+        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``),
+        counted from when the child is ready (a fresh one first starts its interpreter).
 
         ``raw``: carry back what ``fn`` returned (it must not raise), not its outcome."""
         message = (fn, {name: getattr(job, name) for name in JOB_FIELDS}, raw)
@@ -148,8 +152,11 @@ class ProcessPool:
             child.kill()
             child = self._spawn()
             child.conn.send(message)
-        self._wait(child, job, timeout)
         try:
+            if not child.ready:  # a fresh child: its start-up does not count against the timeout
+                self._wait(child, job, None)
+                child.ready = child.conn.recv() == READY
+            self._wait(child, job, timeout)
             carried: Carried = child.conn.recv()
         except (EOFError, OSError):
             code = child.process.exitcode
