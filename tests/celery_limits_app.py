@@ -95,9 +95,28 @@ def soft_autoretry(tag: str) -> None:
         time.sleep(0.02)
 
 
+@app.task(name="limits.nap")
+def nap(seconds: float) -> str:
+    """No limit of its own: the caller gives one (``apply_async(time_limit=...)``)."""
+    time.sleep(seconds)
+    return "rested"
+
+
+@app.task(name="limits.progress", bind=True, time_limit=30)
+def progress(self: Any, tag: str) -> str:
+    """Publishes a state, then waits for the test to have read it (the file ``go-<tag>``)."""
+    self.update_state(state="PROGRESS", meta={"step": 1, "pid": os.getpid()})
+    gate = os.path.join(os.environ["AWA_TEST_DIR"], f"go-{tag}")
+    give_up = time.monotonic() + 20
+    while not os.path.exists(gate) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    return "done"
+
+
 @signals.task_failure.connect
 def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
     note(f"task_failure {sender.name if sender else '?'} {type(exception).__name__}")
 
 
-client = app.client(heartbeat_interval=0.05, heartbeat_staleness=0.5, rescue_interval=0.1, promote_interval=0.05)
+if os.environ.get("DATABASE_URL"):
+    client = app.client(heartbeat_interval=0.05, heartbeat_staleness=0.5, rescue_interval=0.1, promote_interval=0.05)

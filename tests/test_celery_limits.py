@@ -131,3 +131,18 @@ def test_soft_time_limit_exceeded_is_retried_by_autoretry_for_as_celery_does(wor
     result = finished(limits.soft_autoretry.delay("g"), 20)
     assert result.state == states.FAILURE and isinstance(result.result, SoftTimeLimitExceeded)
     assert len(noted("start g")) == len(runs) == 2
+
+
+def test_a_time_limit_given_at_the_call_applies_to_that_call(worker: Worker) -> None:
+    result = finished(limits.nap.apply_async((3600,), time_limit=0.5), 15)
+    assert result.state == states.FAILURE and isinstance(result.result, TimeLimitExceeded)
+    assert limits.nap.delay(0).get(timeout=15, interval=0.02) == "rested"
+
+
+def test_update_state_shows_while_a_limited_task_runs(worker: Worker) -> None:
+    """With prefork the task runs in a child, which writes its state at once."""
+    result = limits.progress.delay("h")
+    wait_for(lambda: result.state == "PROGRESS", 15, "the PROGRESS state")
+    assert result.info["step"] == 1
+    (Path(os.environ["AWA_TEST_DIR"]) / "go-h").touch()
+    assert result.get(timeout=15, interval=0.02) == "done"

@@ -78,7 +78,9 @@ def run_in_child(task: Task, job: JobContext, module: str, soft: float | None, h
     """The task's function in a child of the queue's pool: its value, or what it raised."""
     from ..worker.processes import ChildKilled, apply_recorded
 
-    call = ChildCall(module, task.name, soft, task.app.database_url)
+    # update_state in the child writes to the worker's database (None outside a worker: the app's).
+    database_url = getattr(job._runtime, "database_url", None) or task.app.conf.database_url
+    call = ChildCall(module, task.name, soft, database_url)
     try:
         carried = _pool(task, job.queue).run(call, job, hard, raw=True)
     except ChildKilled as exc:
@@ -102,7 +104,7 @@ class ChildCall:
     module: str
     name: str
     soft: float | None
-    database_url: str
+    database_url: str | None
 
     def __call__(self, job: JobContext) -> tuple[bool, Any, Any]:
         import importlib
@@ -162,7 +164,7 @@ def _portable(task: Task, answer: tuple[bool, Any], retry_state: Any) -> tuple[b
 _connection: Any = None
 
 
-def _flush(database_url: str, job: JobContext) -> None:
+def _flush(database_url: str | None, job: JobContext) -> None:
     """``job.flush_progress`` in a child (``update_state``): on the child's own connection, fenced by run_lease."""
     global _connection
     import psycopg
@@ -172,6 +174,8 @@ def _flush(database_url: str, job: JobContext) -> None:
     from ..worker.completer import complete_params
 
     if _connection is None or _connection.closed:
+        if database_url is None:
+            raise RuntimeError("update_state in a child process: the worker gave it no database URL")
         _connection = psycopg.connect(database_url, autocommit=True, application_name="awa-celery-child")
     rows = PsycopgSync(_connection).fetch_all(QUERIES["flush_progress"], complete_params(job))
     job._raise_if_stale(bool(rows))
