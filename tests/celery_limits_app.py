@@ -48,6 +48,16 @@ def soft_cleanup(tag: str) -> str:
         return "cleaned up"
 
 
+@app.task(name="limits.soft_in_c", soft_time_limit=0.5, time_limit=2)
+def soft_in_c(tag: str) -> str:
+    try:
+        time.sleep(3600)
+    except SoftTimeLimitExceeded:
+        note(f"interrupted {tag}")
+        return "interrupted"
+    return "slept"
+
+
 @app.task(name="limits.async_soft_cleanup", soft_time_limit=0.5, time_limit=20)
 async def async_soft_cleanup(tag: str) -> str:
     try:

@@ -93,6 +93,16 @@ def test_a_sync_task_catching_soft_time_limit_exceeded_cleans_up(worker: Worker)
     assert len(noted("cleanup b")) == 1
 
 
+def test_a_soft_limit_interrupts_a_blocking_call_only_in_a_child_process(worker: Worker) -> None:
+    """prefork: SIGALRM interrupts ``time.sleep``, as Celery's soft limit does. Threads: nothing
+    reaches a thread blocked in C, so the hard limit ends it."""
+    result = finished(limits.soft_in_c.delay("i"), 15)
+    if worker.env["AWA_TEST_POOL"] == "prefork":
+        assert result.get() == "interrupted" and len(noted("interrupted i")) == 1
+    else:
+        assert isinstance(result.result, TimeLimitExceeded) and not noted("interrupted i")
+
+
 def test_an_async_task_catching_soft_time_limit_exceeded_cleans_up_and_returns(worker: Worker) -> None:
     result = limits.async_soft_cleanup.delay("c")
     assert result.get(timeout=15, interval=0.02) == "cleaned up"  # its return value is the result
