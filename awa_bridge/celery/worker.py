@@ -15,6 +15,9 @@ raises anything else                failed at once (Celery does not retry plain
                                     errors); its class and message are kept in
                                     metadata ``celery.exc`` for ``AsyncResult``;
                                     errbacks and the chord are told
+runs past its hard ``time_limit``   failed with ``TimeLimitExceeded``, never retried
+                                    (the attempt ends then, stuck or not: see
+                                    ``limits`` and ``child``)
 over its ``rate_limit``             ``Snooze``: run later, no attempt spent
 claimed after ``expires``           cancelled, not run (REVOKED)
 raises awa's ``RetryAfter`` /       passed through unchanged
