@@ -139,6 +139,8 @@ class Awa:
 
     #: True for the app ``current_app()`` made up because none was created.
     implicit = False
+    #: ``"module:function"`` a prefork child calls once before it imports a task (awa_django: ``django.setup``).
+    child_setup: str | None = None
 
     def __init__(
         self,

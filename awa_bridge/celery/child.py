@@ -20,6 +20,8 @@ job has attempts left.
 Children are started with ``spawn`` and import the task's module by name, so
 the task's function must be defined at module level; a task that is not (a
 function defined inside another) runs in a thread with the thread limits.
+The app's ``child_setup`` runs first in each child (``awa_django``'s app sets
+Django up there, as Celery's Django fixup does in its pool's children).
 """
 
 from __future__ import annotations
@@ -61,8 +63,27 @@ def _pool(task: Task, queue: str) -> Any:
     with _pools_lock:
         pool = _pools.get(queue)
         if pool is None:
-            pool = _pools[queue] = ProcessPool(f"celery-{queue}", task.app.conf.worker_max_tasks_per_child)
+            app = task.app
+            modules = {module_of(t) for t in [task, *app.tasks.values()]} - {None}
+            init = ChildInit(app.child_setup, tuple(sorted(m for m in modules if m is not None)))
+            pool = _pools[queue] = ProcessPool(f"celery-{queue}", app.conf.worker_max_tasks_per_child, init)
     return pool
+
+
+@dataclass(frozen=True)
+class ChildInit:
+    """A child's start, before its clock runs (as Celery's pool initializer): the app's ``child_setup``,
+    then the tasks' modules, so no attempt's time limit pays for them."""
+
+    setup: str | None
+    modules: tuple[str, ...]
+
+    def __call__(self) -> None:
+        import importlib
+
+        _set_up(self.setup)
+        for module in self.modules:
+            importlib.import_module(module)
 
 
 def shutdown() -> None:
@@ -80,7 +101,7 @@ def run_in_child(task: Task, job: JobContext, module: str, soft: float | None, h
 
     # update_state in the child writes to the worker's database (None outside a worker: the app's).
     database_url = getattr(job._runtime, "database_url", None) or task.app.conf.database_url
-    call = ChildCall(module, task.name, soft, database_url)
+    call = ChildCall(module, task.name, soft, database_url, task.app.child_setup)
     try:
         carried = _pool(task, job.queue).run(call, job, hard, raw=True)
     except ChildKilled as exc:
@@ -105,6 +126,7 @@ class ChildCall:
     name: str
     soft: float | None
     database_url: str | None
+    setup: str | None = None
 
     def __call__(self, job: JobContext) -> tuple[bool, Any, Any]:
         import importlib
@@ -112,6 +134,7 @@ class ChildCall:
         from .task import BUILT_TASKS
 
         try:
+            _set_up(self.setup)
             importlib.import_module(self.module)
             task = BUILT_TASKS[(self.module, self.name)]
         except Exception as exc:
@@ -119,6 +142,20 @@ class ChildCall:
             return True, error, (None, None, None)
         job.flush_progress = lambda: _flush(self.database_url, job)  # type: ignore[method-assign]
         return _run_here(task, job, self.soft)
+
+
+_done_setup: set[str] = set()
+
+
+def _set_up(setup: str | None) -> None:
+    """The app's ``child_setup``, once in this child, before any task module is imported."""
+    if setup is None or setup in _done_setup:
+        return
+    import importlib
+
+    module, _, function = setup.partition(":")
+    getattr(importlib.import_module(module), function)()
+    _done_setup.add(setup)
 
 
 def _run_here(task: Task, job: JobContext, soft: float | None) -> tuple[bool, Any, Any]:

@@ -67,10 +67,16 @@ class ChildKilled(Exception):
         self.overran = overran
 
 
-def _child_main(conn: Any) -> None:
-    """A child's loop: say it is ready, then run one attempt per message until the pipe closes or says stop."""
+def _child_main(conn: Any, initializer: Callable[[], Any] | None = None) -> None:
+    """A child's loop: run the pool's initializer, say it is ready, then run one attempt per message
+    until the pipe closes or says stop. An initializer that fails is logged; the attempts then say why."""
     from .executor import outcome_for
 
+    if initializer is not None:
+        try:
+            initializer()
+        except Exception:
+            log.exception("the process pool's initializer failed in %s", multiprocessing.current_process().name)
     conn.send(READY)
     while True:
         try:
@@ -90,9 +96,9 @@ def _child_main(conn: Any) -> None:
 
 
 class _Child:
-    def __init__(self, context: Any, name: str) -> None:
+    def __init__(self, context: Any, name: str, initializer: Callable[[], Any] | None) -> None:
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_child_main, args=(child_conn,), name=name, daemon=True)
+        self.process = context.Process(target=_child_main, args=(child_conn, initializer), name=name, daemon=True)
         self.process.start()
         child_conn.close()
         self.tasks = 0
@@ -113,9 +119,12 @@ class _Child:
 class ProcessPool:
     """Children for one queue's sync handlers; ``run`` is called from the worker's handler threads."""
 
-    def __init__(self, name: str, max_tasks_per_child: int | None = None) -> None:
+    def __init__(
+        self, name: str, max_tasks_per_child: int | None = None, initializer: Callable[[], Any] | None = None
+    ) -> None:
         self.name = name
         self.max_tasks_per_child = max_tasks_per_child
+        self.initializer = initializer  # run first in each child (picklable), before it is ready
         self._context = multiprocessing.get_context("spawn")
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -131,7 +140,7 @@ class ProcessPool:
         with self._lock:
             self._spawned += 1
             number = self._spawned
-        return _Child(self._context, f"awa-{self.name}-{number}")
+        return _Child(self._context, f"awa-{self.name}-{number}", self.initializer)
 
     def _take(self) -> _Child:
         try:
@@ -141,7 +150,8 @@ class ProcessPool:
 
     def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None, raw: bool = False) -> Carried:
         """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``),
-        counted from when the child is ready (a fresh one first starts its interpreter).
+        counted from when the child is ready (a fresh one first starts its interpreter and runs
+        the pool's initializer).
 
         ``raw``: carry back what ``fn`` returned (it must not raise), not its outcome."""
         message = (fn, {name: getattr(job, name) for name in JOB_FIELDS}, raw)
