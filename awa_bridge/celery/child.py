@@ -64,8 +64,8 @@ def _pool(task: Task, queue: str) -> Any:
         pool = _pools.get(queue)
         if pool is None:
             app = task.app
-            modules = {module_of(t) for t in [task, *app.tasks.values()]} - {None}
-            init = ChildInit(app.child_setup, tuple(sorted(m for m in modules if m is not None)))
+            modules = sorted({m for t in [task, *app.tasks.values()] if (m := module_of(t)) is not None})
+            init = ChildInit(app.child_setup, tuple(modules))
             pool = _pools[queue] = ProcessPool(f"celery-{queue}", app.conf.worker_max_tasks_per_child, init)
     return pool
 

@@ -183,10 +183,9 @@ class Task:
                 full_jitter=bool(self.retry_jitter),
             )
         try:
-            self.retry(exc=exc, **retry_kwargs)  # raises itself (or exc when exhausted)
+            return self.retry(exc=exc, **retry_kwargs)  # raises itself (or exc when exhausted) unless throw=False
         except BaseException as raised:
             return raised
-        raise AssertionError("retry() returned")  # pragma: no cover
 
     @property
     def is_async(self) -> bool:
