@@ -44,8 +44,18 @@ def _awa_alias() -> str:
 transaction_provider = register_transaction_provider(django_provider(_awa_alias))
 
 
+def setup_child() -> None:
+    """A ``worker_pool="prefork"`` child process: set Django up (the worker's ``DJANGO_SETTINGS_MODULE``)
+    before the task's module, and the models it imports, are imported."""
+    import django
+
+    django.setup()
+
+
 class Celery(Awa):
     """An ``awa_bridge.celery`` app that knows Django: its database, its apps, its settings."""
+
+    child_setup = "awa_django.celery:setup_child"
 
     @property
     def database_url(self) -> str:
@@ -85,6 +95,7 @@ def install_celery_tasks(client: Any) -> Any:
             from .db import database_url
 
             app.conf.database_url = database_url()  # tasks calling delay() need the database
+        app.child_setup = Celery.child_setup
     beat = getattr(settings, "CELERY_BEAT_SCHEDULE", None)
     if beat and not app.conf.beat_schedule:
         app.conf.beat_schedule = beat

@@ -112,7 +112,9 @@ class Worker:
         name: str,
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
+        target: str = "tests.worker_app:client",
     ) -> None:
+        self.target = target
         self.url = url
         self.queues = list(queues)
         self.name = name
@@ -123,7 +125,7 @@ class Worker:
         self._reader: threading.Thread | None = None
 
     def start(self) -> Worker:
-        command = [sys.executable, "-m", "awa_bridge", "worker", "tests.worker_app:client"]
+        command = [sys.executable, "-m", "awa_bridge", "worker", self.target]
         for queue in self.queues:
             command += ["--queue", queue]
         env = {**os.environ, "DATABASE_URL": self.url, "AWA_WORKER_NAME": self.name, **self.env}
@@ -224,10 +226,11 @@ class Workers:
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
         url: str | None = None,
+        target: str = "tests.worker_app:client",
     ) -> Worker:
         queues = [queues] if isinstance(queues, str) else queues
         name = name or f"w{len(self.started)}"
-        worker = Worker(url or self.url, queues, name, env, args)
+        worker = Worker(url or self.url, queues, name, env, args, target)
         self.started.append(worker.start())
         return worker
 

@@ -156,11 +156,6 @@ def test_bad_option_values_and_shapes_are_refused_up_front() -> None:
         app.task(autoretry_for=("ValueError",))(lambda: None)
     with pytest.raises(ValidationError, match="max_retries"):
         app.task(max_retries=-1)(lambda: None)
-    with pytest.raises(UnsupportedOption, match="async"):
-
-        @app.task
-        async def coro() -> None: ...
-
     with pytest.raises(ValidationError, match="base"):
         app.task(base=object)(lambda: None)
     # The acks_late / serializer values awa has are accepted.

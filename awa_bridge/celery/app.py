@@ -140,6 +140,8 @@ class Awa:
 
     #: True for the app ``current_app()`` made up because none was created.
     implicit = False
+    #: ``"module:function"`` a prefork child calls once before it imports a task (awa_django: ``django.setup``).
+    child_setup: str | None = None
 
     def __init__(
         self,
@@ -378,7 +380,7 @@ class Awa:
 
         ``wrap`` wraps each handler (``awa_django`` passes Django's connection handling).
         """
-        from . import signals
+        from . import child, signals
         from .builtins import builtin_tasks
         from .worker import make_handler, rescued_hook
 
@@ -391,11 +393,17 @@ class Awa:
             client.registry.register(task.name, handler, kind=task.name, queue=self.queue_of(task))
         client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
+        client.hooks.add("shutdown", lambda worker: child.shutdown())
         client.hooks.add("rescued", rescued_hook(self))
         for job in self.periodic_jobs():
             if job.name in client.schedules:
                 raise ValidationError("beat_schedule", f"schedule {job.name!r} is already declared on this client")
             client.schedules[job.name] = job
+
+    @property
+    def prefork(self) -> bool:
+        """``worker_pool="prefork"``: tasks with a hard time limit run in child processes (see ``child``)."""
+        return self.conf.worker_pool in ("prefork", "processes")
 
     def queue_of(self, task: TaskBase) -> str:
         return str(self.route(task.name).get("queue") or task.queue or self.conf.task_default_queue)

@@ -175,6 +175,8 @@ SETTINGS: dict[str, Any] = {
     "task_soft_time_limit": None,
     "task_default_rate_limit": None,
     "worker_concurrency": None,  # mapped: max_workers of each queue app.client() runs
+    "worker_pool": None,  # "prefork": tasks with a hard time limit run in child processes (see child.py)
+    "worker_max_tasks_per_child": None,  # those children are replaced after this many tasks
     "beat_schedule": {},
     "timezone": None,
     "enable_utc": True,
@@ -222,9 +224,7 @@ IGNORED_SETTINGS: dict[str, str] = {
     "worker_send_task_events": _NO_EVENTS,
     "worker_enable_remote_control": "app.control.inspect() reads the database; there is no remote control channel",
     "worker_prefetch_multiplier": "awa claims only as many jobs as it has free slots: nothing is prefetched",
-    "worker_max_tasks_per_child": "sync tasks run in the worker's threads; there are no child processes to recycle",
-    "worker_max_memory_per_child": "sync tasks run in the worker's threads; there are no child processes to recycle",
-    "worker_pool": "sync tasks run in the worker's thread pool",
+    "worker_max_memory_per_child": "children are recycled by task count (worker_max_tasks_per_child) only",
     "worker_hijack_root_logger": _LOGGING,
     "worker_log_format": _LOGGING,
     "worker_task_log_format": _LOGGING,
@@ -260,6 +260,8 @@ FIXED_SETTINGS = {
 }
 
 PRIORITY_ORDERS = ("higher_first", "lower_first")
+#: Celery's pool names awa keeps: the first two run tasks with a hard time limit in child processes.
+WORKER_POOLS = ("prefork", "processes", "threads", "solo")
 
 
 def check_setting(key: str, value: Any) -> Any:
@@ -303,8 +305,14 @@ def _check_value(key: str, value: Any) -> Any:
         from .limits import parse_rate
 
         parse_rate(value, key)
+    if key == "worker_pool" and value is not None and value not in WORKER_POOLS:
+        raise UnsupportedOption(
+            key,
+            f"worker_pool={value!r} is not supported: tasks run in the worker's threads ('threads', 'solo'), or "
+            "with 'prefork' tasks with a hard time_limit run in child processes killed at the limit",
+        )
     bad_count = isinstance(value, bool) or not isinstance(value, int) or value < 1
-    if key == "worker_concurrency" and value is not None and bad_count:
+    if key in ("worker_concurrency", "worker_max_tasks_per_child") and value is not None and bad_count:
         raise ValidationError(key, f"must be a positive integer, got {value!r}")
     if key in ("imports", "include"):
         return (value,) if isinstance(value, str) else tuple(value)

@@ -155,23 +155,42 @@ class Task:
             self.pop_request(token)
 
     def invoke(self, args: Any, kwargs: Mapping[str, Any]) -> Any:
-        """``run`` with Celery's ``autoretry_for`` behaviour around it."""
+        """``run`` with Celery's ``autoretry_for`` behaviour around it (for an ``async def`` task: a
+        coroutine doing that, which ``limits.run_coroutine`` runs)."""
+        if self.is_async:
+            return self._ainvoke(args, kwargs)
         try:
             return self.run(*args, **kwargs)
-        except Retry:
-            raise
-        except self.dont_autoretry_for:
-            raise
-        except self.autoretry_for as exc:
-            retry_kwargs = dict(self.retry_kwargs)
-            if self.retry_backoff:
-                retry_kwargs["countdown"] = exponential_backoff(
-                    factor=int(self.retry_backoff),
-                    retries=self.request.retries,
-                    maximum=int(self.retry_backoff_max),
-                    full_jitter=bool(self.retry_jitter),
-                )
-            raise self.retry(exc=exc, **retry_kwargs) from exc  # raises itself (or exc when exhausted)
+        except Exception as exc:
+            raise self._autoretry(exc)  # noqa: B904 (exc itself, or the retry raised for it)
+
+    async def _ainvoke(self, args: Any, kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return await self.run(*args, **kwargs)
+        except Exception as exc:
+            raise self._autoretry(exc)  # noqa: B904 (exc itself, or the retry raised for it)
+
+    def _autoretry(self, exc: Exception) -> BaseException:
+        """What to raise for ``exc`` raised by ``run``: itself, or the retry ``autoretry_for`` asks for."""
+        if isinstance(exc, (Retry, *self.dont_autoretry_for)) or not isinstance(exc, self.autoretry_for):
+            return exc
+        retry_kwargs = dict(self.retry_kwargs)
+        if self.retry_backoff:
+            retry_kwargs["countdown"] = exponential_backoff(
+                factor=int(self.retry_backoff),
+                retries=self.request.retries,
+                maximum=int(self.retry_backoff_max),
+                full_jitter=bool(self.retry_jitter),
+            )
+        try:
+            return self.retry(exc=exc, **retry_kwargs)  # raises itself (or exc when exhausted) unless throw=False
+        except BaseException as raised:
+            return raised
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` task: it runs on an event loop of its own (see ``limits.run_coroutine``)."""
+        return inspect.iscoroutinefunction(self.run)
 
     # -- retrying -----------------------------------------------------------------
 
@@ -260,20 +279,14 @@ class Task:
         rate = parse_rate(self.rate_limit if self.rate_limit is not None else self.app.conf.task_default_rate_limit)
         return rate_wait(self.name, rate) if rate else 0.0
 
-    def time_limits(self, job: Any, meta: Mapping[str, Any], eager: bool) -> Any:
-        """The soft and hard time limits of this run (none in eager mode, as in Celery)."""
-        import contextlib
-
-        from .limits import TimeLimits
-
+    def limits(self, meta: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """(soft, hard) time limits of a run: the call's, else the task's, else the app's settings."""
         conf = self.app.conf
         hard = meta.get("time_limit", self.time_limit if self.time_limit is not None else conf.task_time_limit)
         soft = meta.get(
             "soft_time_limit", self.soft_time_limit if self.soft_time_limit is not None else conf.task_soft_time_limit
         )
-        if eager or (hard is None and soft is None):
-            return contextlib.nullcontext()
-        return TimeLimits(soft, hard, job)
+        return soft, hard
 
     # -- signatures ------------------------------------------------------------------------
 
@@ -541,6 +554,8 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
 
 #: Tasks declared with ``@shared_task``: every app knows them.
 SHARED_TASKS: dict[str, Task] = {}
+#: Every task built in this process, by (its function's module, its name): how a child process finds it.
+BUILT_TASKS: dict[tuple[str, str], Task] = {}
 
 
 def default_name(fun: Callable[..., Any], app: Awa | None) -> str:
@@ -563,10 +578,6 @@ def build_task(fun: Callable[..., Any], app: Awa | None, options: dict[str, Any]
     """Validate ``options`` (Celery's task options) and build the task for ``fun``."""
     where = f"@task {fun.__module__}.{getattr(fun, '__qualname__', fun)}"
     check_task_options(options, where)
-    if inspect.iscoroutinefunction(fun):
-        raise UnsupportedOption(
-            "async", f"{where}: Celery tasks are plain functions; register async handlers with Client.task"
-        )
     options = dict(options)
     base = options.pop("base", None) or (app.task_cls if app is not None else Task)
     if not (isinstance(base, type) and issubclass(base, Task)):
@@ -588,6 +599,7 @@ def build_task(fun: Callable[..., Any], app: Awa | None, options: dict[str, Any]
     cls = type(fun.__name__, (base,), attrs)
     task: Task = cls()
     task._app = app
+    BUILT_TASKS[(fun.__module__, name)] = task
     # The enqueue-time checks (queue name, priority range) run now, not at the first delay().
     if task.queue is not None:
         from .options import _check_queue

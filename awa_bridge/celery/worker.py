@@ -15,6 +15,9 @@ raises anything else                failed at once (Celery does not retry plain
                                     errors); its class and message are kept in
                                     metadata ``celery.exc`` for ``AsyncResult``;
                                     errbacks and the chord are told
+runs past its hard ``time_limit``   failed with ``TimeLimitExceeded``, never retried
+                                    (the attempt ends then, stuck or not: see
+                                    ``limits`` and ``child``)
 over its ``rate_limit``             ``Snooze``: run later, no attempt spent
 claimed after ``expires``           cancelled, not run (REVOKED)
 raises awa's ``RetryAfter`` /       passed through unchanged
@@ -106,8 +109,7 @@ def run_job(task: Task, job: Any) -> Any:
         _hook(task.before_start, request.id, args, kwargs)
         request._started = time.monotonic()
         try:
-            with task.time_limits(job, meta, eager):
-                value = task.invoke(args, kwargs)
+            value = _call(task, job, args, kwargs, (None, None) if eager else task.limits(meta))
         except Retry as retry:
             return _retry(task, job, request, meta, retry)
         except (RetryAfter, Snooze, Cancel, TerminalError):
@@ -122,6 +124,28 @@ def run_job(task: Task, job: Any) -> Any:
         _running.reset(running)
         in_task.reset(guard)
         task.pop_request(token)
+
+
+def _call(task: Task, job: Any, args: Any, kwargs: Any, limits: tuple[float | None, float | None]) -> Any:
+    """The task's function under its time limits (none in eager mode, as in Celery; see ``limits``)."""
+    from .limits import limited_call, run_bounded, run_coroutine
+
+    soft, hard = limits
+    if hard is not None and task.app.prefork:
+        from .child import module_of, run_in_child
+
+        module = module_of(task)
+        if module is not None:
+            return run_in_child(task, job, module, soft, hard)
+
+    def attempt() -> Any:
+        if task.is_async:
+            return run_coroutine(task.invoke(args, kwargs), soft, hard)
+        if soft is None and hard is None:
+            return task.invoke(args, kwargs)
+        return limited_call(lambda: task.invoke(args, kwargs), soft, hard, job)
+
+    return attempt() if hard is None else run_bounded(attempt, hard, f"{task.name}[{job.id}]")
 
 
 def _arguments(task: Task, payload: Any, meta: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:

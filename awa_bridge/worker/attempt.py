@@ -20,9 +20,10 @@ from .context import JobContext
 class AttemptWrites:
     """Progress flushes, callback registration and attempt top-ups, on the runtime's pool."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pool: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: Any, database_url: str) -> None:
         self.loop = loop
         self.pool = pool
+        self.database_url = database_url  # for code that runs an attempt elsewhere (Celery's prefork children)
 
     async def _fetchrow(self, name: str, params: dict[str, Any]) -> Any:
         async with self.pool.acquire() as db:

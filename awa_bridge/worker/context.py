@@ -22,6 +22,7 @@ class AttemptHandle(Protocol):
     """
 
     loop: asyncio.AbstractEventLoop
+    database_url: str
 
     async def flush_progress(self, ctx: JobContext) -> None: ...
 
@@ -100,6 +101,11 @@ class JobContext:
     def attached(self) -> bool:
         """True while a running worker holds this attempt; False for a copy in an executor child process."""
         return self._handle is not None
+
+    @property
+    def database_url(self) -> str | None:
+        """The database of the worker running this attempt (None outside a worker, e.g. in a child process)."""
+        return self._handle.database_url if self._handle is not None else None
 
     # -- progress ------------------------------------------------------------
 

@@ -11,8 +11,10 @@ child is also replaced after ``max_tasks_per_child`` attempts, like Celery's
 prefork pool, so a handler that leaks memory cannot grow without bound.
 
 The entry point is small on purpose (``ProcessPool.run``: a function, the
-job, the seconds it may take), so that Celery's hard ``time_limit`` can map
-onto it. Children are started with ``spawn`` (safe beside the worker's
+job, the seconds it may take), so that Celery's hard ``time_limit`` maps
+onto it: ``raw=True`` carries the function's own return value back instead
+of an outcome (``awa_bridge.celery.child`` runs only the task's function in
+the child; everything around it stays in the worker). Children are started with ``spawn`` (safe beside the worker's
 threads) and import the handler's module; the handler must be a module-level
 function. In a child, ``job.set_progress``, ``update_metadata`` and
 ``set_result`` are carried back with the outcome; ``flush_progress`` and
@@ -36,8 +38,10 @@ from .outcomes import Outcome, outcome_of_exception
 log = logging.getLogger("awa_bridge.worker")
 
 POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's state
-# What a child reports: the outcome, and what the handler recorded on its job.
-Carried = tuple[Outcome, Any, bool, dict[str, Any], str | None]
+READY = "ready"  # a new child's first message: its interpreter is up, so the attempt's clock starts
+# What a child reports: the outcome (with raw=True: what the function returned), and what the
+# handler recorded on its job.
+Carried = tuple[Any, Any, bool, dict[str, Any], str | None]
 JOB_FIELDS = (
     "id",
     "kind",
@@ -63,10 +67,17 @@ class ChildKilled(Exception):
         self.overran = overran
 
 
-def _child_main(conn: Any) -> None:
-    """A child's loop: run one attempt per message until the pipe closes or says stop."""
+def _child_main(conn: Any, initializer: Callable[[], Any] | None = None) -> None:
+    """A child's loop: run the pool's initializer, say it is ready, then run one attempt per message
+    until the pipe closes or says stop. An initializer that fails is logged; the attempts then say why."""
     from .executor import outcome_for
 
+    if initializer is not None:
+        try:
+            initializer()
+        except Exception:
+            log.exception("the process pool's initializer failed in %s", multiprocessing.current_process().name)
+    conn.send(READY)
     while True:
         try:
             message = conn.recv()
@@ -74,22 +85,24 @@ def _child_main(conn: Any) -> None:
             return
         if message is None:
             return
-        fn, fields = message
+        fn, fields, raw = message
         job = JobContext(**fields)
+        answer: Any
         try:
-            outcome = outcome_for(job, fn(job))
+            answer = fn(job) if raw else outcome_for(job, fn(job))
         except BaseException as exc:
-            outcome = outcome_of_exception(exc, job.attempt, job.max_attempts)
-        conn.send((outcome, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
+            answer = outcome_of_exception(exc, job.attempt, job.max_attempts)
+        conn.send((answer, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
 
 
 class _Child:
-    def __init__(self, context: Any, name: str) -> None:
+    def __init__(self, context: Any, name: str, initializer: Callable[[], Any] | None) -> None:
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_child_main, args=(child_conn,), name=name, daemon=True)
+        self.process = context.Process(target=_child_main, args=(child_conn, initializer), name=name, daemon=True)
         self.process.start()
         child_conn.close()
         self.tasks = 0
+        self.ready = False
 
     def kill(self) -> None:
         self.process.kill()
@@ -106,9 +119,12 @@ class _Child:
 class ProcessPool:
     """Children for one queue's sync handlers; ``run`` is called from the worker's handler threads."""
 
-    def __init__(self, name: str, max_tasks_per_child: int | None = None) -> None:
+    def __init__(
+        self, name: str, max_tasks_per_child: int | None = None, initializer: Callable[[], Any] | None = None
+    ) -> None:
         self.name = name
         self.max_tasks_per_child = max_tasks_per_child
+        self.initializer = initializer  # run first in each child (picklable), before it is ready
         self._context = multiprocessing.get_context("spawn")
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -124,7 +140,7 @@ class ProcessPool:
         with self._lock:
             self._spawned += 1
             number = self._spawned
-        return _Child(self._context, f"awa-{self.name}-{number}")
+        return _Child(self._context, f"awa-{self.name}-{number}", self.initializer)
 
     def _take(self) -> _Child:
         try:
@@ -132,18 +148,25 @@ class ProcessPool:
         except queue.Empty:
             return self._spawn()
 
-    def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None) -> Carried:
-        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``)."""
-        fields = {name: getattr(job, name) for name in JOB_FIELDS}
+    def run(self, fn: Callable[[Any], Any], job: JobContext, timeout: float | None, raw: bool = False) -> Carried:
+        """Run ``fn(job)`` in a child; kill the child after ``timeout`` seconds (``ChildKilled``),
+        counted from when the child is ready (a fresh one first starts its interpreter and runs
+        the pool's initializer).
+
+        ``raw``: carry back what ``fn`` returned (it must not raise), not its outcome."""
+        message = (fn, {name: getattr(job, name) for name in JOB_FIELDS}, raw)
         child = self._take()
         try:
-            child.conn.send((fn, fields))
+            child.conn.send(message)
         except (OSError, ValueError):  # the child died while idle: use a fresh one
             child.kill()
             child = self._spawn()
-            child.conn.send((fn, fields))
-        self._wait(child, job, timeout)
+            child.conn.send(message)
         try:
+            if not child.ready:  # a fresh child: its start-up does not count against the timeout
+                self._wait(child, job, None)
+                child.ready = child.conn.recv() == READY
+            self._wait(child, job, timeout)
             carried: Carried = child.conn.recv()
         except (EOFError, OSError):
             code = child.process.exitcode
@@ -191,7 +214,14 @@ class ProcessPool:
 
 def apply_carried(job: JobContext, carried: Carried) -> Outcome:
     """Copy what the handler recorded in its child onto the worker's job; its outcome."""
-    outcome, progress, dirty, metadata_patch, result_json = carried
+    apply_recorded(job, carried)
+    outcome: Outcome = carried[0]
+    return outcome
+
+
+def apply_recorded(job: JobContext, carried: Carried) -> None:
+    """Copy what the handler recorded on its job in the child onto the worker's job."""
+    _, progress, dirty, metadata_patch, result_json = carried
     if dirty:
         job.progress = progress
         job._progress_dirty = True
@@ -199,4 +229,25 @@ def apply_carried(job: JobContext, carried: Carried) -> Outcome:
         job.metadata.update(metadata_patch)
         job._metadata_patch.update(metadata_patch)
     job._result_json = result_json
-    return outcome
+
+
+_child_db: Any = None  # a child's own connection for flush_in_child, opened on first use
+
+
+def flush_in_child(database_url: str, job: JobContext) -> None:
+    """``job.flush_progress`` inside a child process, which has no worker loop or pool.
+
+    The child writes on a connection of its own (kept for its later attempts),
+    fenced by run_lease like the worker's flush: a superseded attempt raises
+    ``StaleAttempt`` there.
+    """
+    global _child_db
+    from ..drivers.connect import connect_sync
+    from ..sql import QUERIES
+    from .completer import complete_params
+
+    if _child_db is None or _child_db.closed:
+        _child_db = connect_sync(database_url, application_name="awa-child")
+    rows = _child_db.fetch_all(QUERIES["flush_progress"], complete_params(job))
+    job._raise_if_stale(bool(rows))
+    job.mark_flushed()

@@ -126,7 +126,7 @@ class Runtime:
         self.completer = Completer(
             self.pool, self.config.completion_batch, self.config.completion_flush, self.finished, self.abandon
         )
-        self.handle = AttemptWrites(self.loop, self.pool)
+        self.handle = AttemptWrites(self.loop, self.pool, self.database_url)
         configs = {name: state.config for name, state in self.queues.items()}
         self.executor = Executor(self.loop, self.threads, self.pools, self.completer, self.hooks, configs)
         self._start_threads()
