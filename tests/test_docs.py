@@ -150,7 +150,15 @@ def _stops_on_sigterm(ns: dict[str, Any], request: pytest.FixtureRequest) -> Non
 
 
 def _celery_worker(ns: dict[str, Any], request: pytest.FixtureRequest) -> None:
-    """A worker for the block's Celery ``app`` (``app.client()``), started once the block defined its task."""
+    """A worker for the block's Celery ``app`` (``app.client()``), started once the block defined its task.
+
+    An earlier block's worker is stopped first: it serves that block's app and
+    would claim this block's jobs as unknown kinds.
+    """
+    previous = ns.pop("_celery_worker_finish", None)
+    if previous is not None:
+        previous()
+    ns.pop("result", None)
     stop = threading.Event()
 
     def work() -> None:
@@ -174,6 +182,7 @@ def _celery_worker(ns: dict[str, Any], request: pytest.FixtureRequest) -> None:
         stop.set()
         thread.join(10)
 
+    ns["_celery_worker_finish"] = finish
     request.addfinalizer(finish)
 
 
