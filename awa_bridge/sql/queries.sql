@@ -104,6 +104,9 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- callback an earlier attempt registered: while a job runs, its callback_id
 -- can only be one this attempt registered (under this run_lease), so a late
 -- callback of an earlier attempt finds nothing (see complete_external).
+-- The same statement records who claimed each attempt (awa.job_attempts, the
+-- job timeline's "attempt N on host/pid"): one narrow row per claim, no
+-- extra round trip.
 WITH candidates AS (
     SELECT id
     FROM awa.jobs
@@ -113,21 +116,32 @@ WITH candidates AS (
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        run_lease = j.run_lease + 1,
+        attempted_at = now(),
+        heartbeat_at = now(),
+        deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
+        callback_id = NULL,
+        callback_timeout_at = NULL
+    FROM candidates
+    WHERE j.id = candidates.id AND j.state = 'available'
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
+              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
+              j.run_at, j.created_at, j.deadline_at, j.attempted_at
+), started AS (
+    INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+    SELECT id, run_lease, attempt, CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), attempted_at
+    FROM claimed
+    ON CONFLICT (job_id, run_lease) DO UPDATE  -- a row left by a job id reused after a TRUNCATE
+    SET attempt = EXCLUDED.attempt, instance_id = EXCLUDED.instance_id, worker = EXCLUDED.worker,
+        started_at = EXCLUDED.started_at, snoozed_at = NULL, snoozed_until = NULL
 )
-UPDATE awa.jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
-    callback_id = NULL,
-    callback_timeout_at = NULL
-FROM candidates
-WHERE j.id = candidates.id AND j.state = 'available'
-RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
-          j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
-          j.run_at, j.created_at, j.deadline_at
+SELECT id, kind, queue, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress,
+       run_at, created_at, deadline_at
+FROM claimed
 
 -- name: complete_jobs
 -- Batched completion; ids missing from the result were superseded (stale).
@@ -152,21 +166,30 @@ RETURNING id
 -- name: finish_attempt
 -- Any outcome other than plain completion: retryable, failed, cancelled or
 -- snoozed (scheduled/available, attempt given back). Progress and metadata
--- written by the handler are kept across retries and snoozes.
-UPDATE awa.jobs
-SET state = CAST(%(state)s AS awa.job_state),
-    run_at = COALESCE(CAST(%(run_at)s AS timestamptz), run_at),
-    attempt = attempt - CAST(%(refund)s AS smallint),
-    finalized_at = CASE WHEN CAST(%(state)s AS awa.job_state) IN ('failed', 'cancelled', 'completed')
-                        THEN now() END,
-    errors = CASE WHEN CAST(%(error)s AS jsonb) IS NULL THEN errors
-                  ELSE array_append(errors, CAST(%(error)s AS jsonb)) END,
-    progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
-    metadata = metadata || CAST(%(metadata)s AS jsonb),
-    heartbeat_at = NULL,
-    deadline_at = NULL
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
-RETURNING id
+-- written by the handler are kept across retries and snoozes. A snooze is
+-- stamped on the attempt's awa.job_attempts row (the job timeline).
+WITH finished AS (
+    UPDATE awa.jobs
+    SET state = CAST(%(state)s AS awa.job_state),
+        run_at = COALESCE(CAST(%(run_at)s AS timestamptz), run_at),
+        attempt = attempt - CAST(%(refund)s AS smallint),
+        finalized_at = CASE WHEN CAST(%(state)s AS awa.job_state) IN ('failed', 'cancelled', 'completed')
+                            THEN now() END,
+        errors = CASE WHEN CAST(%(error)s AS jsonb) IS NULL THEN errors
+                      ELSE array_append(errors, CAST(%(error)s AS jsonb)) END,
+        progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
+        metadata = metadata || CAST(%(metadata)s AS jsonb),
+        heartbeat_at = NULL,
+        deadline_at = NULL
+    WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+    RETURNING id, run_lease, run_at
+), snoozed AS (
+    UPDATE awa.job_attempts AS a
+    SET snoozed_at = now(), snoozed_until = f.run_at
+    FROM finished AS f
+    WHERE CAST(%(refund)s AS smallint) = 1 AND a.job_id = f.id AND a.run_lease = f.run_lease
+)
+SELECT id FROM finished
 
 -- name: heartbeat_worker
 -- The heartbeat thread's one statement per interval: this process's registry
@@ -402,16 +425,22 @@ RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
           j.errors[cardinality(j.errors)] ->> 'error' AS reason
 
 -- name: delete_finished
--- Retention: delete a bounded batch of finished jobs older than their state's window.
-DELETE FROM awa.jobs
-WHERE id IN (
-    SELECT id FROM awa.jobs
-    WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
-       OR (state IN ('failed', 'cancelled')
-           AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
-    LIMIT %(limit)s
+-- Retention: delete a bounded batch of finished jobs older than their state's
+-- window, and their attempt records (awa.job_attempts) with them.
+WITH deleted AS (
+    DELETE FROM awa.jobs
+    WHERE id IN (
+        SELECT id FROM awa.jobs
+        WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
+           OR (state IN ('failed', 'cancelled')
+               AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
+        LIMIT %(limit)s
+    )
+    RETURNING id
+), attempts AS (
+    DELETE FROM awa.job_attempts WHERE job_id IN (SELECT id FROM deleted)
 )
-RETURNING id
+SELECT id FROM deleted
 
 -- ---------------------------------------------------------------------------
 -- Queues and inspection.
@@ -461,6 +490,15 @@ SELECT action, operator, prior_state::text AS prior_state, at
 FROM awa.job_actions
 WHERE job_id = %(id)s
 ORDER BY at, id
+LIMIT 200
+
+-- name: list_job_attempts
+-- A job's attempts for its timeline: who claimed each and when, and the
+-- snooze that ended it if one did (primary key: job_id, run_lease).
+SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until
+FROM awa.job_attempts
+WHERE job_id = %(id)s
+ORDER BY run_lease
 LIMIT 200
 
 -- name: list_jobs

@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -263,6 +265,8 @@ class Runtime:
     async def _produce(self, state: QueueState) -> None:
         q = state.config
         query = QUERIES["claim_jobs"]
+        # Who claims, as the registry row says it (awa.job_attempts; the job timeline).
+        worker = f"{socket.gethostname()}/{os.getpid()}"
         failures = 0
         while self.claiming:
             state.wake.clear()
@@ -274,7 +278,13 @@ class Runtime:
                     wait = min(wait, state.bucket.seconds_until_token())
                 want = min(want, tokens)
             if want > 0:
-                params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
+                params = {
+                    "queue": q.name,
+                    "limit": want,
+                    "deadline_seconds": float(q.deadline),
+                    "instance_id": self.instance_id,
+                    "worker": worker,
+                }
                 state.pending = want
                 try:
                     async with self.pool.acquire() as conn:
