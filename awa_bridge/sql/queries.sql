@@ -442,6 +442,32 @@ WITH deleted AS (
 )
 SELECT id FROM deleted
 
+-- name: prune_job_actions
+-- History retention (WorkerConfig.history_retention): operator actions older
+-- than it, oldest first, whatever became of their job; the record of a
+-- deletion is kept as long as any other (job_actions_at_idx).
+DELETE FROM awa.job_actions
+WHERE id IN (
+    SELECT id FROM awa.job_actions
+    WHERE at < now() - make_interval(secs => %(retention_seconds)s)
+    ORDER BY at
+    LIMIT %(limit)s
+)
+RETURNING id
+
+-- name: prune_job_attempts
+-- History retention for attempt records (job_attempts_started_idx): those of
+-- jobs an operator deleted, or of jobs still alive after that long (a
+-- finished job's go with it, in delete_finished).
+DELETE FROM awa.job_attempts
+WHERE (job_id, run_lease) IN (
+    SELECT job_id, run_lease FROM awa.job_attempts
+    WHERE started_at < now() - make_interval(secs => %(retention_seconds)s)
+    ORDER BY started_at
+    LIMIT %(limit)s
+)
+RETURNING job_id
+
 -- ---------------------------------------------------------------------------
 -- Queues and inspection.
 -- ---------------------------------------------------------------------------
