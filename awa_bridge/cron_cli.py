@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from . import cli_core, cron, cron_edit
@@ -89,6 +90,9 @@ def _list(ns: argparse.Namespace) -> int:
         print("(no schedules)")
         return 0
     columns = ["name", "source", "cron_expr", "timezone", "kind", "queue", "missed_fire_policy"]
+    if schedules[0].source is None:
+        columns.remove("source")
+        print(cron.SOURCES_UNKNOWN, file=sys.stderr)
     header = [*columns, "paused", "last_enqueued_at", "next_fire_at"]
     cells = [
         [

@@ -536,32 +536,36 @@ WHERE (CAST(%(queue)s AS text) IS NULL OR queue = %(queue)s)
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: upsert_cron_job
+-- fragment: cron_job_upsert
 -- A declaration: insert, or replace the definition columns when one differs.
 -- last_enqueued_at, paused_at/paused_by and created_at are never touched.
--- The schedule is marked declared by %(owner)s in awa.cron_job_sources (a
--- database-only schedule of the same name becomes declared: code wins).
 -- Returns a row only when something was inserted or changed.
+INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                                tags, metadata, missed_fire_policy, created_at, updated_at)
+VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
+        COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
+ON CONFLICT (name) DO UPDATE
+SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
+    queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+    max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
+    missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
+WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
+       c.metadata, c.missed_fire_policy)
+      IS DISTINCT FROM
+      (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
+       EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
+       EXCLUDED.missed_fire_policy)
+RETURNING c.name
+
+-- name: upsert_cron_job
+-- The upsert above, and the schedule marked declared by %(owner)s in
+-- awa.cron_job_sources (a database-only schedule of the same name becomes
+-- declared: code wins). Returns a row only when something was inserted or changed.
 WITH upserted AS (
-    INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                                    tags, metadata, missed_fire_policy, created_at, updated_at)
-    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
-            COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
-    ON CONFLICT (name) DO UPDATE
-    SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-        queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-        max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
-        missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
-    WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
-           c.metadata, c.missed_fire_policy)
-          IS DISTINCT FROM
-          (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-           EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-           EXCLUDED.missed_fire_policy)
-    RETURNING c.name
+    /* include: cron_job_upsert */
 ), sourced AS (
     INSERT INTO awa.cron_job_sources AS s (name, source, owner)
     VALUES (CAST(%(name)s AS text), 'declared', CAST(%(owner)s AS text))
@@ -570,6 +574,11 @@ WITH upserted AS (
     RETURNING s.name
 )
 SELECT name FROM upserted UNION SELECT name FROM sourced
+
+-- name: upsert_cron_job_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): the upsert
+-- alone, with no record of where the schedule comes from.
+/* include: cron_job_upsert */
 
 -- name: prune_declared_cron_jobs
 -- Settings and code are the source of truth: at worker start, the schedules
@@ -582,23 +591,37 @@ WHERE s.name = c.name AND s.source = 'declared' AND s.owner = CAST(%(owner)s AS 
   AND NOT (c.name = ANY(CAST(%(names)s AS text[])))
 RETURNING c.name
 
+-- fragment: cron_job_create
+-- A new schedule; never replaces an existing one (no row returned then).
+INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                           tags, metadata, missed_fire_policy)
+VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
 -- name: create_cron_job
--- A database-only schedule (admin, `awa_cron create`): never replaces an
--- existing one; a worker never deletes it.
+-- A database-only schedule (admin, `awa_cron create`): a worker never deletes it.
 WITH created AS (
-    INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                               tags, metadata, missed_fire_policy)
-    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
-    ON CONFLICT (name) DO NOTHING
-    RETURNING name
+    /* include: cron_job_create */
 ), sourced AS (
     INSERT INTO awa.cron_job_sources (name, source) SELECT name, 'database' FROM created
     RETURNING name
 )
 SELECT name FROM created WHERE EXISTS (SELECT 1 FROM sourced)
+
+-- name: create_cron_job_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): the schedule alone.
+/* include: cron_job_create */
+
+-- name: lock_cron_job_source_plain
+-- On a database migrated by awa-pg: the schedule's row locked, its source unknown.
+SELECT name, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs
+WHERE name = CAST(%(name)s AS text)
+FOR UPDATE
 
 -- name: lock_cron_job_source
 -- Where a schedule comes from, its row locked for an edit or a delete
@@ -620,24 +643,32 @@ SET cron_expr = CAST(%(cron_expr)s AS text), timezone = CAST(%(timezone)s AS tex
 WHERE name = CAST(%(name)s AS text)
 RETURNING name
 
+-- fragment: cron_job_columns
+c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, clock_timestamp() AS db_now
+
 -- name: list_cron_jobs
 -- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
 -- source row: written by someone else, treated as database-only).
-SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
-       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
-       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
-       s.owner, clock_timestamp() AS db_now
+SELECT /* include: cron_job_columns */, COALESCE(s.source, 'database') AS source, s.owner
 FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
 ORDER BY c.name
 
+-- name: list_cron_jobs_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): source unknown (NULL).
+SELECT /* include: cron_job_columns */, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs AS c
+ORDER BY c.name
+
 -- name: get_cron_job
--- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
--- source row: written by someone else, treated as database-only).
-SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
-       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
-       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
-       s.owner, clock_timestamp() AS db_now
+SELECT /* include: cron_job_columns */, COALESCE(s.source, 'database') AS source, s.owner
 FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
+
+-- name: get_cron_job_plain
+SELECT /* include: cron_job_columns */, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs AS c
 WHERE c.name = CAST(%(name)s AS text)
 
 -- name: cron_fire_candidates

@@ -53,11 +53,14 @@ class Command(AwaCommand):
         action = options["action"]
         if action == "list":
             schedules = cron.list_schedules(awa_connection())
+            sourced = not schedules or schedules[0].source is not None
+            if not sourced:
+                self.stderr.write(cron.SOURCES_UNKNOWN)
             self.table(
                 [
                     (
                         s.name,
-                        s.source,
+                        *((s.source,) if sourced else ()),
                         s.cron_expr,
                         s.timezone,
                         s.kind,
@@ -68,7 +71,17 @@ class Command(AwaCommand):
                     )
                     for s in schedules
                 ],
-                ["name", "source", "cron", "timezone", "kind", "queue", "paused", "last_enqueued_at", "next_fire_at"],
+                [
+                    "name",
+                    *(("source",) if sourced else ()),
+                    "cron",
+                    "timezone",
+                    "kind",
+                    "queue",
+                    "paused",
+                    "last_enqueued_at",
+                    "next_fire_at",
+                ],
             )
         elif action == "trigger":
             cli_core.trigger_schedule(awa_connection(), options["name"], self.stdout.write)
