@@ -50,7 +50,21 @@ from .timeline import job_attempts, job_timeline, operator_actions, user_frames
 
 #: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
 ARGS_PREVIEW_CHARS = 80
-_LIST_COLUMNS = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
+# Every column the list shows (started, finished and duration read attempted_at / finalized_at):
+# a deferred one would cost a query per row.
+_LIST_COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "attempted_at",
+    "finalized_at",
+    "created_at",
+)
 
 FILTER_CHOICES_LIMIT = 500
 

@@ -49,7 +49,12 @@ def test_columns_truncation_and_estimated_counts(awa: None, admin_client: Any, m
     with connection.cursor() as cursor:
         cursor.execute("UPDATE awa.jobs SET attempted_at = now() - interval '90 seconds', finalized_at = now()")
         cursor.execute("ANALYZE awa.jobs")
-    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    per_row = [
+        q["sql"] for q in queries.captured_queries if re.search(r'WHERE "awa"."jobs"."id" = \d+ LIMIT', q["sql"])
+    ]
+    assert per_row == [], per_row  # no column of the list is deferred (a query per row)
     for header in ("state", "kind", "queue", "priority", "attempt", "run at", "started", "finished", "duration", "age"):
         assert f">{header}<" in page.lower() or f">{header}</a>" in page.lower(), header
     assert 'class="awa-state awa-state-completed"' in page
