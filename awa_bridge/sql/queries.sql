@@ -519,13 +519,17 @@ ORDER BY at, id
 LIMIT 200
 
 -- name: list_job_attempts
--- A job's attempts for its timeline: who claimed each and when, and the
--- snooze that ended it if one did (primary key: job_id, run_lease).
-SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until
-FROM awa.job_attempts
-WHERE job_id = %(id)s
+-- A job's latest 200 attempts for its timeline, oldest first: who claimed
+-- each and when, and the snooze that ended it if one did (primary key:
+-- job_id, run_lease).
+SELECT * FROM (
+    SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until
+    FROM awa.job_attempts
+    WHERE job_id = %(id)s
+    ORDER BY run_lease DESC
+    LIMIT 200
+) AS latest
 ORDER BY run_lease
-LIMIT 200
 
 -- name: list_jobs
 SELECT id, kind, queue, state::text AS state, priority, attempt, max_attempts, run_at, created_at
