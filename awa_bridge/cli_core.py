@@ -153,15 +153,24 @@ SCHEDULE_COLUMNS = ["name", "source", "cron_expr", "timezone", "kind", "queue", 
 SCHEDULE_COLUMNS += ["last_enqueued_at", "next_fire_at"]
 
 
-def list_schedules(target: Any, write: Write) -> None:
-    """Every schedule: its definition, whether (and by whom) it is paused, its last and next fire."""
+def list_schedules(target: Any, write: Write, warn: Write) -> None:
+    """Every schedule: its definition, whether (and by whom) it is paused, its last and next fire.
+
+    On a database migrated by awa-pg nothing records where a schedule was
+    declared: the source column is left out and ``warn`` (stderr) says why.
+    """
+    schedules = cron.list_schedules(target)
+    columns = SCHEDULE_COLUMNS
+    if schedules and schedules[0].source is None:
+        columns = [c for c in SCHEDULE_COLUMNS if c != "source"]
+        warn(cron.SOURCES_UNKNOWN)
     rows = []
-    for schedule in cron.list_schedules(target):
-        row = {c: getattr(schedule, c) for c in SCHEDULE_COLUMNS}
+    for schedule in schedules:
+        row = {c: getattr(schedule, c) for c in columns}
         if schedule.paused and schedule.paused_by:
             row["paused"] = f"yes (by {schedule.paused_by})"
         rows.append(row)
-    print_table(rows, SCHEDULE_COLUMNS, write, empty="(no schedules)")
+    print_table(rows, columns, write, empty="(no schedules)")
 
 
 def pause_schedule(target: Any, name: str, write: Write, *, paused_by: str | None) -> None:

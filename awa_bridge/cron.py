@@ -23,6 +23,12 @@ The maintenance leader fires due schedules (``awa_bridge.worker.maintenance
 ``resume_schedule``, ``trigger_schedule``, ``delete_schedule``) work from any
 process; an unknown name raises ``ScheduleNotFound`` and changes nothing.
 
+On a database migrated by the real Awa (awa-pg) there is no
+``awa.cron_job_sources``: everything here still works on ``awa.cron_jobs``
+(the table both share), without recording or reading where a schedule comes
+from (``ScheduleInfo.source`` is ``None``), and ``prune_schedules`` prunes
+nothing (it cannot tell a declared schedule from another).
+
 Cron expressions have 5 fields (minute hour day-of-month month day-of-week),
 or 6 with a leading seconds field (the convention of Awa's own scheduler, so a
 row means the same to both), or are one of croniter's ``@hourly``-style
@@ -50,6 +56,11 @@ MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
 CATCH_UP_LIMIT = 100
 #: Metadata keys every cron job carries (and a schedule's own metadata may not use).
 RESERVED_METADATA = ("cron_name", "cron_fire_time", "triggered_manually")
+#: What ``cron list`` says on a database migrated by awa-pg (no ``awa.cron_job_sources``).
+SOURCES_UNKNOWN = (
+    "note: this database was migrated by the real Awa (awa-pg): where each schedule comes from "
+    "(settings / code or database) is not recorded, so there is no source column"
+)
 #: Who declared a schedule, unless told otherwise (``Client(schedule_owner=...)``).
 DEFAULT_OWNER = "default"
 # How many fire times ``latest_fire`` walks one by one before jumping close to now.
@@ -276,6 +287,17 @@ class PeriodicJob:
         return next_fire_time(self.cron_expr, self.timezone, after or datetime.now(UTC))
 
 
+def sourced_query(driver: Any, name: str) -> Any:
+    """``QUERIES[name]``, or its ``_plain`` form (no ``awa.cron_job_sources``) on an awa-pg database."""
+    return QUERIES[f"{name}_plain" if driver.fetch_all(QUERIES["awa_pg_schema"])[0]["present"] else name]
+
+
+async def sourced_query_async(driver: Any, name: str) -> Any:
+    """``sourced_query`` on an async driver."""
+    rows = await driver.fetch_all(QUERIES["awa_pg_schema"])
+    return QUERIES[f"{name}_plain" if rows[0]["present"] else name]
+
+
 def _unique_by_name(schedules: Iterable[PeriodicJob]) -> list[PeriodicJob]:
     result: dict[str, PeriodicJob] = {}
     for schedule in schedules:
@@ -297,16 +319,18 @@ async def upsert_schedules(
     existing one gets its definition columns replaced and ``updated_at``
     bumped only when something changed; ``last_enqueued_at``, ``paused_at``
     and ``created_at`` are never touched. Each is marked *declared* by
-    ``owner`` (``awa.cron_job_sources``). Schedules not passed are left alone
+    ``owner`` (``awa.cron_job_sources``; not on an awa-pg database, which has
+    no such table). Schedules not passed are left alone
     (``prune_schedules`` removes them). Returns the names inserted or changed.
     """
     from .drivers import detect_async
 
     _check_owner(owner)
     driver = detect_async(conn)
+    query = await sourced_query_async(driver, "upsert_cron_job")
     changed: list[str] = []
     for schedule in _unique_by_name(schedules):
-        rows = await driver.fetch_all(QUERIES["upsert_cron_job"], {**schedule.params(now), "owner": owner})
+        rows = await driver.fetch_all(query, {**schedule.params(now), "owner": owner})
         changed += [row["name"] for row in rows]
     return changed
 
@@ -319,9 +343,10 @@ def upsert_schedules_sync(
 
     _check_owner(owner)
     driver = detect_sync(conn)
+    query = sourced_query(driver, "upsert_cron_job")
     changed: list[str] = []
     for schedule in _unique_by_name(schedules):
-        rows = driver.fetch_all(QUERIES["upsert_cron_job"], {**schedule.params(now), "owner": owner})
+        rows = driver.fetch_all(query, {**schedule.params(now), "owner": owner})
         changed += [row["name"] for row in rows]
     return changed
 
@@ -338,9 +363,10 @@ async def prune_schedules(conn: Any, declared: Iterable[str], *, owner: str = DE
     from .drivers import detect_async
 
     _check_owner(owner)
-    rows = await detect_async(conn).fetch_all(
-        QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))}
-    )
+    driver = detect_async(conn)
+    if (await driver.fetch_all(QUERIES["awa_pg_schema"]))[0]["present"]:
+        return []  # no record of what was declared
+    rows = await driver.fetch_all(QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))})
     return [row["name"] for row in rows]
 
 
@@ -349,9 +375,10 @@ def prune_schedules_sync(conn: Any, declared: Iterable[str], *, owner: str = DEF
     from .drivers import detect_sync
 
     _check_owner(owner)
-    rows = detect_sync(conn).fetch_all(
-        QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))}
-    )
+    driver = detect_sync(conn)
+    if driver.fetch_all(QUERIES["awa_pg_schema"])[0]["present"]:
+        return []  # no record of what was declared
+    rows = driver.fetch_all(QUERIES["prune_declared_cron_jobs"], {"owner": owner, "names": sorted(set(declared))})
     return [row["name"] for row in rows]
 
 
@@ -382,7 +409,7 @@ class ScheduleInfo:
     updated_at: datetime
     paused_at: datetime | None
     paused_by: str | None
-    source: str  # "declared" (settings / code) or "database" (created by an operator)
+    source: str | None  # "declared" (settings / code), "database" (an operator's), None: not recorded (awa-pg)
     owner: str | None  # the declaring owner of a declared schedule
     next_fire_at: datetime | None
 
@@ -428,7 +455,7 @@ def list_schedules(conn_or_url: Any, *, now: datetime | None = None) -> list[Sch
     """Every schedule, by name, with its next fire time after ``now`` (default: the database clock)."""
 
     def work(driver: Any, _conn: Any) -> list[ScheduleInfo]:
-        rows = driver.fetch_all(QUERIES["list_cron_jobs"], {})
+        rows = driver.fetch_all(sourced_query(driver, "list_cron_jobs"), {})
         at = _aware(now, "now") if now is not None else None
         return [_info(row, at or row["db_now"]) for row in rows]
 
@@ -439,7 +466,7 @@ def get_schedule(conn_or_url: Any, name: str, *, now: datetime | None = None) ->
     """One schedule, or ``ScheduleNotFound``."""
 
     def work(driver: Any, _conn: Any) -> ScheduleInfo:
-        rows = driver.fetch_all(QUERIES["get_cron_job"], {"name": name})
+        rows = driver.fetch_all(sourced_query(driver, "get_cron_job"), {"name": name})
         if not rows:
             raise ScheduleNotFound(name)
         return _info(rows[0], _aware(now, "now") if now is not None else rows[0]["db_now"])
@@ -489,7 +516,7 @@ def trigger_schedule(conn_or_url: Any, name: str) -> Job:
     from .enqueue import insert_job_sync
 
     def work(driver: Any, conn: Any) -> Job:
-        rows = driver.fetch_all(QUERIES["get_cron_job"], {"name": name})
+        rows = driver.fetch_all(sourced_query(driver, "get_cron_job"), {"name": name})
         if not rows:
             raise ScheduleNotFound(name)
         prepared = prepare_from_row(rows[0], {"cron_name": name, "triggered_manually": True})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from . import cli_core, cron, cron_edit
@@ -75,7 +76,7 @@ def _url(ns: argparse.Namespace) -> str:
 
 
 def _list(ns: argparse.Namespace) -> int:
-    cli_core.list_schedules(_url(ns), print)
+    cli_core.list_schedules(_url(ns), print, lambda line: print(line, file=sys.stderr))
     return 0
 
 

@@ -6,7 +6,11 @@ start and deletes the ones no longer declared, so editing them anywhere else
 would be undone. The schedules created here are marked ``database`` in
 ``awa.cron_job_sources``; no worker touches them, and they are edited and
 deleted here only. Editing or deleting a declared schedule raises
-``DeclaredSchedule`` (change its declaration instead); everything is
+``DeclaredSchedule`` (change its declaration instead). On a database
+migrated by the real Awa (awa-pg: no ``awa.cron_job_sources``) a created
+schedule's source is not recorded and any schedule can be edited or deleted,
+as awa-pg's own ``delete_cron_job`` does (one that awa-pg's workers declare is
+written back by their next start). Everything is
 validated like a declaration (``PeriodicJob``: croniter for the expression,
 ``zoneinfo`` for the timezone, the job options as at insert) before
 anything is written.
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cron import PeriodicJob, ScheduleNotFound, _run
+from .cron import PeriodicJob, ScheduleNotFound, _run, sourced_query
 from .errors import AwaError, ValidationError
 from .sql import QUERIES
 
@@ -46,13 +50,13 @@ def _params(schedule: PeriodicJob) -> dict[str, Any]:
 def create_schedule(conn_or_url: Any, schedule: PeriodicJob) -> None:
     """Store a new database-only schedule; ``ValidationError`` on ``name`` if one of that name exists."""
     params = _params(schedule)
-    rows = _run(conn_or_url, lambda d, _: d.fetch_all(QUERIES["create_cron_job"], params))
+    rows = _run(conn_or_url, lambda d, _: d.fetch_all(sourced_query(d, "create_cron_job"), params))
     if not rows:
         raise ValidationError("name", f"a schedule named {schedule.name!r} already exists")
 
 
 def _lock_database_schedule(driver: Any, name: str) -> None:
-    rows = driver.fetch_all(QUERIES["lock_cron_job_source"], {"name": name})
+    rows = driver.fetch_all(sourced_query(driver, "lock_cron_job_source"), {"name": name})
     if not rows:
         raise ScheduleNotFound(name)
     if rows[0]["source"] == "declared":

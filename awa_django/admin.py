@@ -47,11 +47,25 @@ from .admin_overview import overview_rows
 from .admin_paging import keyset_page, pager, take_keyset
 from .display import humanize_seconds, show_time, show_when, truncated
 from .models import STATE_CHOICES, Job, QueueMeta
-from .timeline import job_timeline, operator_actions, user_frames
+from .timeline import job_attempts, job_timeline, operator_actions, user_frames
 
 #: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
 ARGS_PREVIEW_CHARS = 80
-_LIST_COLUMNS = ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at", "created_at")
+# Every column the list shows (started, finished and duration read attempted_at / finalized_at):
+# a deferred one would cost a query per row.
+_LIST_COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "attempted_at",
+    "finalized_at",
+    "created_at",
+)
 
 FILTER_CHOICES_LIMIT = 500
 
@@ -463,7 +477,8 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="timeline")
     def timeline(self, job: Job) -> str:
-        events = job_timeline(job, operator_actions(self.model.objects.db, job.id))
+        alias = self.model.objects.db
+        events = job_timeline(job, operator_actions(alias, job.id), job_attempts(alias, job.id))
         items = (
             (
                 event.kind,

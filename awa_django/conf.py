@@ -19,7 +19,7 @@
             },
         },
         "WORKER": {"heartbeat_interval": 30, "drain_timeout": 30},
-        "RETENTION": {"completed": 86400, "failed": 259200},   # seconds (or timedelta)
+        "RETENTION": {"completed": 86400, "failed": 259200, "history": 2592000},  # seconds (or timedelta)
         "TASK_MODULES": ["shop.jobs"],      # imported by the worker besides each app's tasks.py
         "DATABASE_URL": None,               # the worker's own connections; default: built from DATABASE
     }
@@ -56,7 +56,7 @@ DEFAULT_QUEUES: dict[str, dict[str, Any]] = {"default": {}}
 
 TOP_LEVEL_KEYS = ("DATABASE", "DATABASE_URL", "QUEUES", "PERIODIC", "WORKER", "RETENTION", "TASK_MODULES")
 QUEUE_KEYS = tuple(f.name for f in dataclasses.fields(QueueConfig) if f.name != "name")
-RETENTION_KEYS = {"completed": "completed_retention", "failed": "failed_retention"}
+RETENTION_KEYS = {"completed": "completed_retention", "failed": "failed_retention", "history": "history_retention"}
 WORKER_KEYS = tuple(f.name for f in dataclasses.fields(WorkerConfig) if f.name not in RETENTION_KEYS.values())
 PERIODIC_KEYS = (
     "cron",

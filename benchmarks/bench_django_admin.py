@@ -6,8 +6,9 @@
 Builds a throwaway database (on DATABASE_URL's server, else an embedded
 PostgreSQL), migrates it with `manage.py migrate` (awa_django's migrations),
 fills awa.jobs with finished jobs (completed, a few failed and cancelled) plus
-a small live backlog and 25,000 failed jobs of one kind, two days of per-minute
-queue rollups and 15 worker rows (3 of them gone), ANALYZEs, then requests
+a small live backlog and 25,000 failed jobs of one kind, an attempt record
+(awa.job_attempts) for each finished job, two days of per-minute queue
+rollups and 15 worker rows (3 of them gone), ANALYZEs, then requests
 each admin page through Django's test client as a logged-in superuser, and
 finally times "select all + Retry" over the 25,000 failed jobs. For each page it prints the median time,
 the number of SQL statements, the slowest statement's time, whether any
@@ -67,6 +68,14 @@ SELECT gen_random_uuid(), 'host-' || g, 1000 + g, '0.6.0',
        4, g = 1, now() - interval '3 hours',
        now() - CASE WHEN g > 12 THEN interval '1 hour' ELSE interval '1 second' END
 FROM generate_series(1, 15) AS g
+"""
+# What the workers record at each claim (awa.job_attempts, the job timeline): one attempt per
+# finished job, by one of the 12 live workers.
+ATTEMPTS = """
+INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+SELECT id, 1, 1, '00000000-0000-4000-8000-000000000001', 'host-' || (1 + id % 12) || '/' || (1001 + id % 12),
+       attempted_at
+FROM awa.jobs WHERE attempted_at IS NOT NULL
 """
 # A failing kind to retry all at once from the list ("select all matching this filter").
 BULK_FAILED = """
@@ -201,7 +210,9 @@ def main() -> int:
             cursor.execute(ROLLUPS)
             cursor.execute(WORKERS)
             cursor.execute(BULK_FAILED)
+            cursor.execute(ATTEMPTS)
             cursor.execute("ANALYZE awa.jobs")
+            cursor.execute("ANALYZE awa.job_attempts")
             cursor.execute("ANALYZE awa.queue_rollups")
             cursor.execute("SELECT pg_size_pretty(pg_total_relation_size('awa.jobs')), version()")
             size, version = cursor.fetchone()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +28,9 @@ from awa_bridge.worker.outcomes import Outcome
 
 from .waiting import FAST, job_row, job_state, wait_until
 
+#: Who claims in the tests that run the claim statement themselves (awa.job_attempts).
+CLAIMER = {"instance_id": uuid.uuid4(), "worker": "test-host/1"}
+
 
 @pytest.fixture
 async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
@@ -38,7 +42,10 @@ async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 async def claim(conn: asyncpg.Connection, queue: str = "default", limit: int = 1, deadline: float = 300) -> list[Any]:
     q = QUERIES["claim_jobs"]
     return list(
-        await conn.fetch(q.numeric, *q.positional({"queue": queue, "limit": limit, "deadline_seconds": deadline}))
+        await conn.fetch(
+            q.numeric,
+            *q.positional({"queue": queue, "limit": limit, "deadline_seconds": deadline, **CLAIMER}),
+        )
     )
 
 
@@ -196,7 +203,7 @@ def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str) -> None:
     lock = threading.Lock()
     barrier = threading.Barrier(8)
     q = QUERIES["claim_jobs"]
-    params = {"queue": "default", "limit": k, "deadline_seconds": 300.0}
+    params = {"queue": "default", "limit": k, "deadline_seconds": 300.0, **CLAIMER}
 
     def psycopg_claimer() -> None:
         with psycopg.connect(db_url, autocommit=True) as c:

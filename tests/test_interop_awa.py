@@ -556,3 +556,82 @@ async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_support
         awa_bridge.admin.run_now(awa_db.url, job.id)
     with psycopg.connect(awa_db.url, autocommit=True) as conn:
         assert conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job.id,)).fetchone()[0] == "scheduled"
+
+
+# -- cron on awa-pg's database: awa.cron_jobs is shared, awa.cron_job_sources is ours ---------
+
+
+def _cron_cli(awa_db: AwaDatabase, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "awa_bridge", "cron", *args, "--database-url", awa_db.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cron_cli_works_on_an_awa_pg_database_without_recording_sources(awa_db: AwaDatabase, awa_client: Any) -> None:
+    """No awa.cron_job_sources there: list has no source column (and says why), create / edit /
+    trigger / delete work on awa.cron_jobs alone, and awa-pg's own admin sees the schedule."""
+    created = _cron_cli(awa_db, "create", "nightly", "--cron", "0 3 * * *", "--kind", "report", "--timezone", "UTC")
+    assert created.returncode == 0, created
+    assert _cron_cli(awa_db, "edit", "nightly", "--queue", "reports").returncode == 0
+    listed = _cron_cli(awa_db, "list")
+    assert listed.returncode == 0, listed
+    header, row = listed.stdout.splitlines()
+    assert header.split()[:3] == ["name", "cron_expr", "timezone"] and "source" not in header, listed.stdout
+    assert row.split()[0] == "nightly" and "reports" in row.split(), listed.stdout
+    assert "awa-pg" in listed.stderr and "not recorded" in listed.stderr, listed.stderr
+    theirs = awa_client.list_cron_jobs()
+    assert [(s["name"], s["queue"]) for s in theirs] == [("nightly", "reports")], theirs
+    triggered = _cron_cli(awa_db, "trigger", "nightly")
+    assert triggered.returncode == 0 and "enqueued job" in triggered.stdout, triggered
+    assert _cron_cli(awa_db, "delete", "nightly").returncode == 0
+    with psycopg.connect(awa_db.url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.cron_jobs").fetchone()[0] == 0
+        assert conn.execute("SELECT kind, queue FROM awa.jobs").fetchall() == [("report", "reports")]
+
+
+def test_schedule_upserts_on_an_awa_pg_database_write_the_shared_table_only(awa_db: AwaDatabase) -> None:
+    from awa_bridge.cron import PeriodicJob, prune_schedules_sync, upsert_schedules_sync
+
+    schedule = PeriodicJob("every_five", "*/5 * * * *", {"n": 1}, kind="tick")
+    with psycopg.connect(awa_db.url) as conn:
+        assert upsert_schedules_sync(conn, [schedule]) == ["every_five"]
+        assert upsert_schedules_sync(conn, [schedule]) == []  # unchanged
+        assert prune_schedules_sync(conn, []) == []  # nothing is known to be declared: nothing pruned
+        conn.commit()
+        assert conn.execute("SELECT name, kind FROM awa.cron_jobs").fetchall() == [("every_five", "tick")]
+        assert conn.execute("SELECT to_regclass('awa.cron_job_sources')").fetchone()[0] is None
+
+
+def test_django_awa_cron_works_on_an_awa_pg_database(awa_db: AwaDatabase) -> None:
+    import os
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "AWA_TEST_DATABASE_URL": awa_db.url,
+        "PYTHONPATH": str(repo),
+        "DJANGO_SETTINGS_MODULE": "tests.django.project.settings",
+    }
+
+    def awa_cron(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "django", "awa_cron", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=repo,
+        )
+
+    created = awa_cron("create", "weekly", "--cron", "0 4 * * 1", "--kind", "report")
+    assert created.returncode == 0, created
+    listed = awa_cron("list")
+    assert listed.returncode == 0, listed
+    assert "source" not in listed.stdout.splitlines()[0] and "weekly" in listed.stdout, listed.stdout
+    assert "awa-pg" in listed.stderr, listed.stderr
+    deleted = awa_cron("delete", "weekly")
+    assert deleted.returncode == 0 and "Traceback" not in deleted.stderr, deleted

@@ -185,3 +185,38 @@ async def test_process_executor_refuses_a_handler_a_child_cannot_import(make_cli
     client.task("nested_kind", queue="procs")(make())
     with pytest.raises(awa_bridge.ValidationError, match=r"queues\[procs\].executor: 'process' runs handlers"):
         await client.start([QueueConfig("procs", executor="process")])
+
+
+async def test_leader_prunes_job_history_past_its_retention(make_client: MakeClient, db_url: str) -> None:
+    """Operator actions and attempt records older than history_retention go, in one pass of
+    several batches (25,000 old actions; batch 10,000; cleanup interval 60 s); newer ones stay,
+    and a finished job deleted by its own retention takes its attempt records with it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.job_actions (job_id, action, operator, prior_state, at) "
+            "SELECT n, 'retry', 'cli:old', 'failed', now() - interval '40 days' FROM generate_series(1, 25000) AS n"
+        )
+        conn.execute(
+            "INSERT INTO awa.job_actions (job_id, action, operator, prior_state, at) "
+            "VALUES (1, 'delete', 'cli:recent', 'failed', now() - interval '2 days')"
+        )
+        done = awa_bridge.insert_job_sync(conn, {}, kind="old_done", queue="history").id
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', attempt = 1, finalized_at = now() - interval '1 hour' "
+            "WHERE id = %s",
+            (done,),
+        )
+        conn.execute(
+            "INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at) VALUES "
+            "(%s, 1, 1, gen_random_uuid(), 'h/1', now() - interval '1 hour'), "
+            "(900001, 1, 1, gen_random_uuid(), 'h/2', now() - interval '40 days'), "
+            "(900002, 1, 1, gen_random_uuid(), 'h/3', now() - interval '2 days')",
+            (done,),
+        )
+    client = make_client(cleanup_interval=60, completed_retention=60, history_retention=30 * 86400)
+    await client.start(["history"])
+    await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.job_actions") == 1, 10)
+    await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.job_attempts") == 1, 10)
+    assert scalar(db_url, "SELECT operator FROM awa.job_actions") == "cli:recent"
+    assert scalar(db_url, "SELECT job_id FROM awa.job_attempts") == 900002
+    assert scalar(db_url, "SELECT count(*) FROM awa.jobs WHERE id = %s", (done,)) == 0

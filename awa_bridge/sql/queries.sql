@@ -104,6 +104,9 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- callback an earlier attempt registered: while a job runs, its callback_id
 -- can only be one this attempt registered (under this run_lease), so a late
 -- callback of an earlier attempt finds nothing (see complete_external).
+-- The same statement records who claimed each attempt (awa.job_attempts, the
+-- job timeline's "attempt N on host/pid"): one narrow row per claim, no
+-- extra round trip.
 WITH candidates AS (
     SELECT id
     FROM awa.jobs
@@ -113,21 +116,32 @@ WITH candidates AS (
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE awa.jobs AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        run_lease = j.run_lease + 1,
+        attempted_at = now(),
+        heartbeat_at = now(),
+        deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
+        callback_id = NULL,
+        callback_timeout_at = NULL
+    FROM candidates
+    WHERE j.id = candidates.id AND j.state = 'available'
+    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
+              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
+              j.run_at, j.created_at, j.deadline_at, j.attempted_at
+), started AS (
+    INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+    SELECT id, run_lease, attempt, CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), attempted_at
+    FROM claimed
+    ON CONFLICT (job_id, run_lease) DO UPDATE  -- a row left by a job id reused after a TRUNCATE
+    SET attempt = EXCLUDED.attempt, instance_id = EXCLUDED.instance_id, worker = EXCLUDED.worker,
+        started_at = EXCLUDED.started_at, snoozed_at = NULL, snoozed_until = NULL
 )
-UPDATE awa.jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
-    callback_id = NULL,
-    callback_timeout_at = NULL
-FROM candidates
-WHERE j.id = candidates.id AND j.state = 'available'
-RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
-          j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
-          j.run_at, j.created_at, j.deadline_at
+SELECT id, kind, queue, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress,
+       run_at, created_at, deadline_at
+FROM claimed
 
 -- name: complete_jobs
 -- Batched completion; ids missing from the result were superseded (stale).
@@ -152,21 +166,30 @@ RETURNING id
 -- name: finish_attempt
 -- Any outcome other than plain completion: retryable, failed, cancelled or
 -- snoozed (scheduled/available, attempt given back). Progress and metadata
--- written by the handler are kept across retries and snoozes.
-UPDATE awa.jobs
-SET state = CAST(%(state)s AS awa.job_state),
-    run_at = COALESCE(CAST(%(run_at)s AS timestamptz), run_at),
-    attempt = attempt - CAST(%(refund)s AS smallint),
-    finalized_at = CASE WHEN CAST(%(state)s AS awa.job_state) IN ('failed', 'cancelled', 'completed')
-                        THEN now() END,
-    errors = CASE WHEN CAST(%(error)s AS jsonb) IS NULL THEN errors
-                  ELSE array_append(errors, CAST(%(error)s AS jsonb)) END,
-    progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
-    metadata = metadata || CAST(%(metadata)s AS jsonb),
-    heartbeat_at = NULL,
-    deadline_at = NULL
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
-RETURNING id
+-- written by the handler are kept across retries and snoozes. A snooze is
+-- stamped on the attempt's awa.job_attempts row (the job timeline).
+WITH finished AS (
+    UPDATE awa.jobs
+    SET state = CAST(%(state)s AS awa.job_state),
+        run_at = COALESCE(CAST(%(run_at)s AS timestamptz), run_at),
+        attempt = attempt - CAST(%(refund)s AS smallint),
+        finalized_at = CASE WHEN CAST(%(state)s AS awa.job_state) IN ('failed', 'cancelled', 'completed')
+                            THEN now() END,
+        errors = CASE WHEN CAST(%(error)s AS jsonb) IS NULL THEN errors
+                      ELSE array_append(errors, CAST(%(error)s AS jsonb)) END,
+        progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
+        metadata = metadata || CAST(%(metadata)s AS jsonb),
+        heartbeat_at = NULL,
+        deadline_at = NULL
+    WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+    RETURNING id, run_lease, run_at
+), snoozed AS (
+    UPDATE awa.job_attempts AS a
+    SET snoozed_at = now(), snoozed_until = f.run_at
+    FROM finished AS f
+    WHERE CAST(%(refund)s AS smallint) = 1 AND a.job_id = f.id AND a.run_lease = f.run_lease
+)
+SELECT id FROM finished
 
 -- name: heartbeat_worker
 -- The heartbeat thread's one statement per interval: this process's registry
@@ -402,16 +425,48 @@ RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
           j.errors[cardinality(j.errors)] ->> 'error' AS reason
 
 -- name: delete_finished
--- Retention: delete a bounded batch of finished jobs older than their state's window.
-DELETE FROM awa.jobs
+-- Retention: delete a bounded batch of finished jobs older than their state's
+-- window, and their attempt records (awa.job_attempts) with them.
+WITH deleted AS (
+    DELETE FROM awa.jobs
+    WHERE id IN (
+        SELECT id FROM awa.jobs
+        WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
+           OR (state IN ('failed', 'cancelled')
+               AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
+        LIMIT %(limit)s
+    )
+    RETURNING id
+), attempts AS (
+    DELETE FROM awa.job_attempts WHERE job_id IN (SELECT id FROM deleted)
+)
+SELECT id FROM deleted
+
+-- name: prune_job_actions
+-- History retention (WorkerConfig.history_retention): operator actions older
+-- than it, oldest first, whatever became of their job; the record of a
+-- deletion is kept as long as any other (job_actions_at_idx).
+DELETE FROM awa.job_actions
 WHERE id IN (
-    SELECT id FROM awa.jobs
-    WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
-       OR (state IN ('failed', 'cancelled')
-           AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
+    SELECT id FROM awa.job_actions
+    WHERE at < now() - make_interval(secs => %(retention_seconds)s)
+    ORDER BY at
     LIMIT %(limit)s
 )
 RETURNING id
+
+-- name: prune_job_attempts
+-- History retention for attempt records (job_attempts_started_idx): those of
+-- jobs an operator deleted, or of jobs still alive after that long (a
+-- finished job's go with it, in delete_finished).
+DELETE FROM awa.job_attempts
+WHERE (job_id, run_lease) IN (
+    SELECT job_id, run_lease FROM awa.job_attempts
+    WHERE started_at < now() - make_interval(secs => %(retention_seconds)s)
+    ORDER BY started_at
+    LIMIT %(limit)s
+)
+RETURNING job_id
 
 -- ---------------------------------------------------------------------------
 -- Queues and inspection.
@@ -463,6 +518,19 @@ WHERE job_id = %(id)s
 ORDER BY at, id
 LIMIT 200
 
+-- name: list_job_attempts
+-- A job's latest 200 attempts for its timeline, oldest first: who claimed
+-- each and when, and the snooze that ended it if one did (primary key:
+-- job_id, run_lease).
+SELECT * FROM (
+    SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until
+    FROM awa.job_attempts
+    WHERE job_id = %(id)s
+    ORDER BY run_lease DESC
+    LIMIT 200
+) AS latest
+ORDER BY run_lease
+
 -- name: list_jobs
 SELECT id, kind, queue, state::text AS state, priority, attempt, max_attempts, run_at, created_at
 FROM awa.jobs
@@ -472,32 +540,36 @@ WHERE (CAST(%(queue)s AS text) IS NULL OR queue = %(queue)s)
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: upsert_cron_job
+-- fragment: cron_job_upsert
 -- A declaration: insert, or replace the definition columns when one differs.
 -- last_enqueued_at, paused_at/paused_by and created_at are never touched.
--- The schedule is marked declared by %(owner)s in awa.cron_job_sources (a
--- database-only schedule of the same name becomes declared: code wins).
 -- Returns a row only when something was inserted or changed.
+INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                                tags, metadata, missed_fire_policy, created_at, updated_at)
+VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
+        COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
+ON CONFLICT (name) DO UPDATE
+SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
+    queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+    max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
+    missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
+WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
+       c.metadata, c.missed_fire_policy)
+      IS DISTINCT FROM
+      (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
+       EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
+       EXCLUDED.missed_fire_policy)
+RETURNING c.name
+
+-- name: upsert_cron_job
+-- The upsert above, and the schedule marked declared by %(owner)s in
+-- awa.cron_job_sources (a database-only schedule of the same name becomes
+-- declared: code wins). Returns a row only when something was inserted or changed.
 WITH upserted AS (
-    INSERT INTO awa.cron_jobs AS c (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                                    tags, metadata, missed_fire_policy, created_at, updated_at)
-    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text),
-            COALESCE(CAST(%(now)s AS timestamptz), now()), COALESCE(CAST(%(now)s AS timestamptz), now()))
-    ON CONFLICT (name) DO UPDATE
-    SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-        queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-        max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags, metadata = EXCLUDED.metadata,
-        missed_fire_policy = EXCLUDED.missed_fire_policy, updated_at = EXCLUDED.updated_at
-    WHERE (c.cron_expr, c.timezone, c.kind, c.queue, c.args, c.priority, c.max_attempts, c.tags,
-           c.metadata, c.missed_fire_policy)
-          IS DISTINCT FROM
-          (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-           EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-           EXCLUDED.missed_fire_policy)
-    RETURNING c.name
+    /* include: cron_job_upsert */
 ), sourced AS (
     INSERT INTO awa.cron_job_sources AS s (name, source, owner)
     VALUES (CAST(%(name)s AS text), 'declared', CAST(%(owner)s AS text))
@@ -506,6 +578,11 @@ WITH upserted AS (
     RETURNING s.name
 )
 SELECT name FROM upserted UNION SELECT name FROM sourced
+
+-- name: upsert_cron_job_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): the upsert
+-- alone, with no record of where the schedule comes from.
+/* include: cron_job_upsert */
 
 -- name: prune_declared_cron_jobs
 -- Settings and code are the source of truth: at worker start, the schedules
@@ -518,23 +595,37 @@ WHERE s.name = c.name AND s.source = 'declared' AND s.owner = CAST(%(owner)s AS 
   AND NOT (c.name = ANY(CAST(%(names)s AS text[])))
 RETURNING c.name
 
+-- fragment: cron_job_create
+-- A new schedule; never replaces an existing one (no row returned then).
+INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
+                           tags, metadata, missed_fire_policy)
+VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
+        CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
+        CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
 -- name: create_cron_job
--- A database-only schedule (admin, `awa_cron create`): never replaces an
--- existing one; a worker never deletes it.
+-- A database-only schedule (admin, `awa_cron create`): a worker never deletes it.
 WITH created AS (
-    INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority, max_attempts,
-                               tags, metadata, missed_fire_policy)
-    VALUES (CAST(%(name)s AS text), CAST(%(cron_expr)s AS text), CAST(%(timezone)s AS text),
-            CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
-            CAST(%(priority)s AS smallint), CAST(%(max_attempts)s AS smallint), CAST(%(tags)s AS text[]),
-            CAST(%(metadata)s AS jsonb), CAST(%(missed_fire_policy)s AS text))
-    ON CONFLICT (name) DO NOTHING
-    RETURNING name
+    /* include: cron_job_create */
 ), sourced AS (
     INSERT INTO awa.cron_job_sources (name, source) SELECT name, 'database' FROM created
     RETURNING name
 )
 SELECT name FROM created WHERE EXISTS (SELECT 1 FROM sourced)
+
+-- name: create_cron_job_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): the schedule alone.
+/* include: cron_job_create */
+
+-- name: lock_cron_job_source_plain
+-- On a database migrated by awa-pg: the schedule's row locked, its source unknown.
+SELECT name, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs
+WHERE name = CAST(%(name)s AS text)
+FOR UPDATE
 
 -- name: lock_cron_job_source
 -- Where a schedule comes from, its row locked for an edit or a delete
@@ -556,24 +647,32 @@ SET cron_expr = CAST(%(cron_expr)s AS text), timezone = CAST(%(timezone)s AS tex
 WHERE name = CAST(%(name)s AS text)
 RETURNING name
 
+-- fragment: cron_job_columns
+c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
+       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
+       c.created_at, c.updated_at, c.paused_at, c.paused_by, clock_timestamp() AS db_now
+
 -- name: list_cron_jobs
 -- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
 -- source row: written by someone else, treated as database-only).
-SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
-       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
-       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
-       s.owner, clock_timestamp() AS db_now
+SELECT /* include: cron_job_columns */, COALESCE(s.source, 'database') AS source, s.owner
 FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
 ORDER BY c.name
 
+-- name: list_cron_jobs_plain
+-- On a database migrated by awa-pg (no awa.cron_job_sources): source unknown (NULL).
+SELECT /* include: cron_job_columns */, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs AS c
+ORDER BY c.name
+
 -- name: get_cron_job
--- source: 'declared' (settings / code, owned by `owner`) or 'database' (no
--- source row: written by someone else, treated as database-only).
-SELECT c.name, c.cron_expr, c.timezone, c.kind, c.queue, c.args::text AS args, c.priority,
-       c.max_attempts, c.tags, c.metadata::text AS metadata, c.missed_fire_policy, c.last_enqueued_at,
-       c.created_at, c.updated_at, c.paused_at, c.paused_by, COALESCE(s.source, 'database') AS source,
-       s.owner, clock_timestamp() AS db_now
+SELECT /* include: cron_job_columns */, COALESCE(s.source, 'database') AS source, s.owner
 FROM awa.cron_jobs AS c LEFT JOIN awa.cron_job_sources AS s ON s.name = c.name
+WHERE c.name = CAST(%(name)s AS text)
+
+-- name: get_cron_job_plain
+SELECT /* include: cron_job_columns */, CAST(NULL AS text) AS source, CAST(NULL AS text) AS owner
+FROM awa.cron_jobs AS c
 WHERE c.name = CAST(%(name)s AS text)
 
 -- name: cron_fire_candidates

@@ -26,6 +26,8 @@ DEFAULT_LEADER_LEASE_SECONDS = 15.0
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 60.0
 DEFAULT_COMPLETED_RETENTION_SECONDS = 24 * 3600.0
 DEFAULT_FAILED_RETENTION_SECONDS = 72 * 3600.0
+# Operator actions and attempt records (the job timeline's history).
+DEFAULT_HISTORY_RETENTION_SECONDS = 30 * 24 * 3600.0
 DEFAULT_DRAIN_TIMEOUT_SECONDS = 30.0
 DEFAULT_CLAIM_BATCH = 100
 DEFAULT_COMPLETION_BATCH = 500
@@ -48,6 +50,7 @@ WORKER_SECONDS = (
     "cleanup_interval",
     "completed_retention",
     "failed_retention",
+    "history_retention",
     "drain_timeout",
     "completion_flush",
 )
@@ -185,6 +188,7 @@ class WorkerConfig:
     cleanup_interval: float = DEFAULT_CLEANUP_INTERVAL_SECONDS
     completed_retention: float = DEFAULT_COMPLETED_RETENTION_SECONDS
     failed_retention: float = DEFAULT_FAILED_RETENTION_SECONDS
+    history_retention: float = DEFAULT_HISTORY_RETENTION_SECONDS
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_SECONDS
     claim_batch: int = DEFAULT_CLAIM_BATCH
     completion_batch: int = DEFAULT_COMPLETION_BATCH

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,8 +93,18 @@ class Slots:
 class Producer:
     """The claim loop of one queue, on the runtime's pool; claimed rows go to ``dispatch``."""
 
-    def __init__(self, state: QueueState, pool: Any, slots: Slots, dispatch: Callable[[QueueState, Any], None]) -> None:
+    def __init__(
+        self,
+        state: QueueState,
+        pool: Any,
+        slots: Slots,
+        dispatch: Callable[[QueueState, Any], None],
+        claimant: tuple[uuid.UUID, str],
+    ) -> None:
         self.state = state
+        # Who claims (the registry's instance id, "host/pid"): the claim records it per attempt
+        # in awa.job_attempts, the job timeline's "attempt N on host/pid".
+        self.instance_id, self.worker = claimant
         self.pool = pool
         self.slots = slots
         self.dispatch = dispatch
@@ -137,7 +148,13 @@ class Producer:
         """Claim up to ``want`` jobs (ageing priorities first when due); None after a failure, backed off."""
         state, q = self.state, self.state.config
         query = QUERIES["claim_jobs"]
-        params = {"queue": q.name, "limit": want, "deadline_seconds": float(q.deadline)}
+        params = {
+            "queue": q.name,
+            "limit": want,
+            "deadline_seconds": float(q.deadline),
+            "instance_id": self.instance_id,
+            "worker": self.worker,
+        }
         state.pending = want
         try:
             async with self.pool.acquire() as db:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -140,7 +142,10 @@ class Runtime:
         for state in self.queues.values():
             if state.config.executor == "process":
                 self.pools.process_pool(state.name).warm(state.config.max_workers)
-        self.producers = [Producer(state, self.pool, self.slots, self._dispatch) for state in self.queues.values()]
+        claimant = (self.instance_id, f"{socket.gethostname()}/{os.getpid()}")
+        self.producers = [
+            Producer(state, self.pool, self.slots, self._dispatch, claimant) for state in self.queues.values()
+        ]
         self.producer_tasks = [
             asyncio.create_task(producer.run(), name=f"awa-producer-{producer.state.name}")
             for producer in self.producers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,6 +14,9 @@ from awa_bridge.errors import UnsupportedConnection, ValidationError
 from awa_bridge.sql import QUERIES
 
 from ..drivers import Handle
+
+#: Who claims, as the worker passes it to claim_jobs (recorded in awa.job_attempts).
+CLAIMER = {"instance_id": uuid.uuid4(), "worker": "conformance-host/1"}
 
 
 def rows(url: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:

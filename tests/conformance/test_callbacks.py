@@ -24,7 +24,7 @@ from awa_bridge.errors import CallbackNotFound, CallbackNotWaiting
 from awa_bridge.sql import QUERIES
 
 from ..drivers import Handle
-from .support import insert, refused, rows, states, still_usable
+from .support import CLAIMER, insert, refused, rows, states, still_usable
 
 
 def park(url: str) -> tuple[int, str]:
@@ -33,7 +33,7 @@ def park(url: str) -> tuple[int, str]:
     callback_id = str(uuid.uuid4())
     with psycopg.connect(url, autocommit=True) as conn:
         lease = conn.execute(
-            QUERIES["claim_jobs"].pyformat, {"queue": "cb", "limit": 1, "deadline_seconds": 60.0}
+            QUERIES["claim_jobs"].pyformat, {"queue": "cb", "limit": 1, "deadline_seconds": 60.0, **CLAIMER}
         ).fetchone()[7]
         params = {"callback_id": callback_id, "timeout_seconds": 3600.0, "id": job_id, "lease": lease}
         assert conn.execute(QUERIES["register_callback"].pyformat, params).fetchone() == (job_id,)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..drivers import Handle
-from .support import insert, rows, run_statement, states
+from .support import CLAIMER, insert, rows, run_statement, states
 
 
 def three_jobs(url: str) -> list[int]:
@@ -46,7 +46,7 @@ def claimed(first: int, second: int) -> list[dict[str, Any]]:
 async def test_claim_and_complete_give_identical_results(handle: Handle, db_url: str) -> None:
     low, high, last = three_jobs(db_url)
     await handle.begin()
-    got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 2, "deadline_seconds": 30.0})
+    got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 2, "deadline_seconds": 30.0, **CLAIMER})
     assert sorted((comparable(row) for row in got), key=lambda row: row["id"]) == claimed(low, high)
     await handle.commit()
     assert states(db_url) == {low: "running", high: "running", last: "available"}
@@ -59,7 +59,7 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     assert stale == [], "a completed job is not completed twice"
     progress = {"id": high, "lease": 1, "progress": '{"done": 2}', "metadata": '{"k": "v"}'}
     assert await run_statement(handle, "complete_job_with_progress", progress) == [{"id": high}]
-    [row] = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 5, "deadline_seconds": 30.0})
+    [row] = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 5, "deadline_seconds": 30.0, **CLAIMER})
     assert (row["id"], row["args"], row["run_lease"]) == (last, '{"n": 3}', 1)
     result = {"id": last, "lease": 1, "progress": None, "metadata": "{}", "result": '{"total": 3}'}
     assert await run_statement(handle, "complete_job_with_result", result) == [{"id": last}]
@@ -80,7 +80,7 @@ def finish(job_id: int, state: str, **overrides: Any) -> dict[str, Any]:
 async def test_finish_register_callback_and_release_give_identical_results(handle: Handle, db_url: str) -> None:
     jobs = three_jobs(db_url)
     await handle.begin()
-    await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 3, "deadline_seconds": 30.0})
+    await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 3, "deadline_seconds": 30.0, **CLAIMER})
     error = json.dumps({"error": "boom", "attempt": 1})
     retry_at = datetime(2030, 1, 1, tzinfo=UTC)
     failed = finish(jobs[0], "retryable", run_at=retry_at, error=error, progress='{"p": 1}')
@@ -108,7 +108,7 @@ async def test_finish_register_callback_and_release_give_identical_results(handl
 async def test_a_rolled_back_claim_claims_nothing(handle: Handle, db_url: str) -> None:
     jobs = three_jobs(db_url)
     await handle.begin()
-    got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 10, "deadline_seconds": 30.0})
+    got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 10, "deadline_seconds": 30.0, **CLAIMER})
     assert len(got) == 3
     await handle.rollback()
     assert states(db_url) == dict.fromkeys(jobs, "available")

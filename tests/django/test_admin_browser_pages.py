@@ -85,6 +85,30 @@ def _a_busy_system() -> dict[str, Any]:
     return {"failed": failed, "completed": completed, "running": running}
 
 
+def _attempts(job: int) -> None:
+    """What the workers record when they claim a job (awa.job_attempts): web-1 claimed it and
+    snoozed it for 30 s (the attempt not spent), then batch-7 ran attempt 1 again, which failed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at, "
+            "snoozed_at, snoozed_until) "
+            "SELECT j.id, 1, 1, r.instance_id, r.hostname || '/' || r.pid, j.attempted_at - interval '1 min', "
+            "j.attempted_at - interval '58 s', j.attempted_at - interval '28 s' "
+            "FROM awa.jobs AS j, awa.runtime_instances AS r WHERE j.id = %s AND r.hostname = 'web-1' "
+            "UNION ALL SELECT j.id, 2, 1, r.instance_id, r.hostname || '/' || r.pid, j.attempted_at, NULL, NULL "
+            "FROM awa.jobs AS j, awa.runtime_instances AS r WHERE j.id = %s AND r.hostname = 'batch-7'",
+            [job, job],
+        )
+
+
+def _check_attempts(timeline: str) -> None:
+    """Each attempt with its worker, and the snooze between them, in order."""
+    first = timeline.index("attempt 1 started on web-1/4005")
+    snoozed = timeline.index("attempt 1 snoozed for 30 s")
+    again = timeline.index("attempt 1 started on batch-7/4007")
+    assert first < snoozed < again < timeline.index("attempt 1 failed: CardError"), timeline
+
+
 def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page: Any) -> None:  # noqa: F811
     User.objects.create_superuser("operator", "op@example.com", "pw")
     made = _a_busy_system()
@@ -142,12 +166,16 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     assert messages.first.inner_text() == "0 deleted; 2 skipped: running (cancel first)"
     assert all(job_state(i) == "running" for i in made["running"])
 
-    # A job's page: the timeline with the operator, the user's frames first, the full traceback a click away.
+    # A job's page: the timeline with each attempt's worker, the snooze and the operator, the user's
+    # frames first, the full traceback a click away.
     job = made["failed"][0]
+    _attempts(job)
     page.goto(f"{base}/admin/awa_django/job/{job}/change/")
     timeline = page.locator(".awa-timeline").inner_text()
     assert "enqueued" in timeline and "CardError" in timeline and "retry by an operator" in timeline
     assert "admin:operator" in timeline
+    _check_attempts(timeline)
+    expect(page.locator(".awa-timeline li.awa-ev-snoozed")).to_have_count(1)
     frames = page.locator(".awa-user-frames").first.inner_text()
     assert frames.startswith('File "/srv/shop/billing/tasks.py"') or frames.lstrip().startswith(
         'File "/srv/shop/billing/tasks.py"'
@@ -217,8 +245,10 @@ def test_a_view_only_staff_user_sees_every_page_and_can_change_nothing(
     expect(page.locator('[data-awa-worker="live"]')).to_have_count(2)
     page.goto(f"{base}/admin/awa_django/job/")
     expect(page.locator("select[name=action]")).to_have_count(0)
+    _attempts(made["failed"][0])
     page.goto(f"{base}/admin/awa_django/job/{made['failed'][0]}/change/")
     expect(page.locator(".awa-timeline")).to_have_count(1)
+    _check_attempts(page.locator(".awa-timeline").inner_text())
     expect(page.locator('input[value="Retry"]')).to_have_count(0)
     page.goto(f"{base}/admin/awa_django/cronjob/")
     expect(page.get_by_role("link", name="Add cron schedule")).to_have_count(0)

@@ -4,7 +4,9 @@ rows, kind search by substring through the index, the timeline and user-first tr
 from __future__ import annotations
 
 import html
+import os
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -16,8 +18,10 @@ from awa_bridge import admin as ops
 from awa_django.admin import EstimatedCountPaginator
 from awa_django.admin_paging import _round
 
+from .conftest import job_state, running_worker, wait_for
 from .test_admin_operations import _jobs
 from .test_admin_views import results
+from .testapp import tasks
 
 pytestmark = [pytest.mark.django, pytest.mark.django_db(transaction=True)]
 CHANGELIST = "admin:awa_django_job_changelist"
@@ -45,7 +49,12 @@ def test_columns_truncation_and_estimated_counts(awa: None, admin_client: Any, m
     with connection.cursor() as cursor:
         cursor.execute("UPDATE awa.jobs SET attempted_at = now() - interval '90 seconds', finalized_at = now()")
         cursor.execute("ANALYZE awa.jobs")
-    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    per_row = [
+        q["sql"] for q in queries.captured_queries if re.search(r'WHERE "awa"."jobs"."id" = \d+ LIMIT', q["sql"])
+    ]
+    assert per_row == [], per_row  # no column of the list is deferred (a query per row)
     for header in ("state", "kind", "queue", "priority", "attempt", "run at", "started", "finished", "duration", "age"):
         assert f">{header}<" in page.lower() or f">{header}</a>" in page.lower(), header
     assert 'class="awa-state awa-state-completed"' in page
@@ -115,3 +124,20 @@ def test_the_detail_shows_a_timeline_with_operators_and_user_frames_first(awa: N
     assert "site-packages" not in frames
     assert "<summary>Full traceback</summary>" in page and "executor.py" in page
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page) and "ago)" in page
+
+
+def test_the_timeline_shows_each_attempt_with_its_worker_and_the_snooze(awa: None, admin_client: Any) -> None:
+    """A real worker: snoozed once, attempt 1 failed, attempt 2 completed; each start names host/pid."""
+    job = tasks.snooze_then_retry.enqueue("timeline")
+    with running_worker():
+        wait_for(lambda: job_state(job.id) == "completed")
+    page = admin_client.get(reverse("admin:awa_django_job_change", args=[job.id])).content.decode()
+    timeline = html.unescape(page.split('class="awa-timeline"', 1)[1].split("</ul>", 1)[0])
+    worker = f"{socket.gethostname()}/{os.getpid()}"  # the in-process worker
+    starts = [m.start() for m in re.finditer(re.escape(f"started on {worker}"), timeline)]
+    assert len(starts) == 3, timeline
+    snoozed = timeline.index("attempt 1 snoozed for")
+    failed = timeline.index("attempt 1 failed: RetryAfter")
+    assert starts[0] < snoozed < starts[1] < failed < starts[2] < timeline.index("finished: completed"), timeline
+    assert timeline.count("attempt 1 started on") == 2 and timeline.count("attempt 2 started on") == 1
+    assert 'class="awa-ev-snoozed"' in timeline and "the attempt is not spent" in timeline

@@ -84,7 +84,7 @@ def test_defaults_and_good_values_reach_the_worker_config() -> None:
         {
             "QUEUES": {"default": None, "email": 3, "reports": {"max_workers": 2, "deadline": timedelta(minutes=2)}},
             "WORKER": {"heartbeat_interval": 10, "drain_timeout": timedelta(seconds=5), "maintenance": False},
-            "RETENTION": {"completed": timedelta(hours=1), "failed": 7200},
+            "RETENTION": {"completed": timedelta(hours=1), "failed": 7200, "history": timedelta(days=7)},
             "PERIODIC": {"digest": {"cron": "0 8 * * *", "task": "tests.django.testapp.tasks.send_digest"}},
         }
     )
@@ -92,6 +92,7 @@ def test_defaults_and_good_values_reach_the_worker_config() -> None:
     assert parsed.queue("reports").deadline == 120
     assert parsed.worker.heartbeat_interval == 10 and parsed.worker.maintenance is False
     assert parsed.worker.completed_retention == 3600 and parsed.worker.failed_retention == 7200
+    assert parsed.worker.history_retention == 7 * 86400
     assert parsed.periodic["digest"]["task"].endswith("send_digest")
     assert parse_settings(None).queues[0].name == "default"
 

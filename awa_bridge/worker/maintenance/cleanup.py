@@ -1,4 +1,4 @@
-"""Delete finished jobs past their retention, in bounded batches."""
+"""Delete finished jobs past their retention, and job history (actions, attempts) past its own, in bounded batches."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ async def delete_finished(
         "limit": limit,
     }
     return len(await as_asyncpg(conn).fetch(QUERIES["delete_finished"], params))
+
+
+async def prune_history(conn: Any, retention: float, limit: int = MAINTENANCE_BATCH) -> tuple[int, int]:
+    """One batch of operator actions and one of attempt records older than ``retention``: how many of each."""
+    params = {"retention_seconds": float(retention), "limit": limit}
+    db = as_asyncpg(conn)
+    actions = len(await db.fetch(QUERIES["prune_job_actions"], params))
+    attempts = len(await db.fetch(QUERIES["prune_job_attempts"], params))
+    return actions, attempts

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH, MAINTENANCE_BUDGET_SECONDS, WorkerConfig
 from ..rollup import prune_rollups
-from .cleanup import delete_finished
+from .cleanup import delete_finished, prune_history
 from .cron import fire_due_schedules
 from .promote import promote_due
 from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
@@ -143,6 +143,31 @@ class Cleanup(Service):
         return deleted
 
 
+class PruneHistory(Service):
+    """Job history past ``retention``: operator actions (``awa.job_actions``) and attempt records
+    (``awa.job_attempts``), so neither grows forever."""
+
+    name = "prune_history"
+    batch = 10 * MAINTENANCE_BATCH
+
+    def __init__(self, interval: float, retention: float) -> None:
+        super().__init__(interval)
+        self.retention = retention
+        self.pruned = [0, 0]  # actions, attempts, in the current pass
+
+    async def run_batch(self, conn: Any) -> int:
+        actions, attempts = await prune_history(conn, self.retention, self.batch)
+        self.pruned = [self.pruned[0] + actions, self.pruned[1] + attempts]
+        return max(actions, attempts)  # a backlog in either table calls for another batch
+
+    async def run_pass(self, conn: Any) -> int:
+        self.pruned = [0, 0]
+        handled = await super().run_pass(conn)
+        if any(self.pruned):
+            log.info("pruned %d operator actions and %d attempt records past the history retention", *self.pruned)
+        return handled
+
+
 class PruneInstances(Service):
     """Registry rows of workers that died without a clean shutdown."""
 
@@ -189,4 +214,5 @@ def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
         PruneInstances(cfg.rescue_interval, cfg.heartbeat_staleness),
         Cleanup(cfg.cleanup_interval, cfg.completed_retention, cfg.failed_retention),
         PruneRollups(cfg.cleanup_interval),
+        PruneHistory(cfg.cleanup_interval, cfg.history_retention),
     ]

@@ -52,7 +52,7 @@ class Command(AwaCommand):
     def _run(self, options: dict[str, Any]) -> None:
         action = options["action"]
         if action == "list":
-            cli_core.list_schedules(awa_connection(), self.stdout.write)
+            cli_core.list_schedules(awa_connection(), self.stdout.write, self.stderr.write)
         elif action == "trigger":
             cli_core.trigger_schedule(awa_connection(), options["name"], self.stdout.write)
         elif action == "pause":

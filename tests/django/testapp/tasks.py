@@ -7,7 +7,7 @@ import threading
 from django.db import connection
 
 import awa_django
-from awa_bridge.worker import RetryAfter, TerminalError
+from awa_bridge.worker import RetryAfter, Snooze, TerminalError
 from awa_django.backends import FRAMEWORK
 
 from .models import Note, Order
@@ -41,6 +41,17 @@ def flaky(job, fail_times: int) -> None:
     if job.attempt <= fail_times:
         raise RetryAfter(0.05, f"attempt {job.attempt} fails")
     Note.objects.create(text=f"flaky done on attempt {job.attempt}")
+
+
+@awa_django.task(takes_job=True)
+def snooze_then_retry(job, label: str) -> None:
+    """Snoozes its first run (the attempt is not spent), fails attempt 1, completes attempt 2."""
+    if not Note.objects.filter(text=f"snoozed:{label}").exists():
+        Note.objects.create(text=f"snoozed:{label}")
+        raise Snooze(0.05)
+    if job.attempt == 1:
+        raise RetryAfter(0.05, "attempt 1 fails")
+    Note.objects.create(text=f"done:{label}")
 
 
 #: Set by the test to let slow_transactional finish.
