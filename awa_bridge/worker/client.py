@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .. import enqueue
 from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
@@ -24,14 +24,11 @@ from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate, require_schema
 from ..types import InsertManyResult, Job
-from .aio import keep_session
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
+from .insert_pool import InsertConnections
 from .registry import Registry
 from .runtime import Runtime
-
-if TYPE_CHECKING:
-    import asyncpg
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -65,7 +62,7 @@ class Client:
         #: Prune at start even with no schedule declared (the Django worker: settings are the truth).
         self.prune_when_empty = False
         self.runtime: Runtime | None = None
-        self._insert_pool: asyncpg.Pool[Any] | None = None
+        self._insert_pool: InsertConnections | None = None
 
     # -- registration ------------------------------------------------------
 
@@ -211,27 +208,18 @@ class Client:
         """Apply the schema migrations (see ``awa_bridge.migrate``)."""
         return migrate(self.database_url)
 
-    async def _pool(self) -> asyncpg.Pool[Any]:
-        import asyncpg
-
+    def _pool(self) -> InsertConnections:
         if self._insert_pool is None:
-            # reset=_keep_session: these connections only ever run the insert
-            # statements (no LISTEN, locks, cursors or settings of anyone
-            # else's), so asyncpg's default reset on every release (a round
-            # trip of RESET ALL / UNLISTEN * / ...) would only double the cost
-            # of a single insert. A transaction left open is still rolled back.
-            self._insert_pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=4, reset=keep_session)
+            self._insert_pool = InsertConnections(self.database_url)
         return self._insert_pool
 
     async def insert(self, args: Any, **opts: Any) -> Job:
         """Insert one job in its own transaction (for producers without a transaction of their own)."""
-        pool = await self._pool()
-        async with pool.acquire() as conn:
+        async with self._pool().acquire() as conn:
             return await enqueue.insert_job(conn, args, **opts)
 
     async def insert_many(self, jobs: Sequence[Any], **opts: Any) -> InsertManyResult:
-        pool = await self._pool()
-        async with pool.acquire() as conn, conn.transaction():
+        async with self._pool().acquire() as conn, conn.transaction():
             return await enqueue.insert_many(conn, jobs, **opts)
 
     def insert_sync(self, args: Any, **opts: Any) -> Job:
