@@ -3,7 +3,8 @@
 Each test starts its own ``pgbouncer`` process (``pool_mode = transaction``)
 on a free port against the server the suite uses, and is skipped, saying so,
 when no ``pgbouncer`` binary is installed (Debian: ``apt-get install
-pgbouncer``). What the how-to promises, checked the way it is written there:
+pgbouncer``; ``.ci/run`` installs it) or when the server is only reachable
+through a socket directory (the embedded one). What the how-to promises, checked the way it is written there:
 
 * application code enqueues through PgBouncer with the driver settings the
   how-to gives (asyncpg ``statement_cache_size=0``, psycopg
@@ -27,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import asyncpg
 import psycopg
@@ -68,14 +69,23 @@ def bouncer_url(db_url: str) -> Iterator[str]:
     """URL of ``db_url``'s database through a fresh PgBouncer in transaction mode."""
     target = urlsplit(db_url)
     dbname = target.path.lstrip("/")
+    query = dict(parse_qsl(target.query))
+    host = target.hostname or query.get("host", "127.0.0.1")
+    if host.startswith("/"):
+        pytest.skip(
+            "PgBouncer here connects over TCP: the server is reached through a socket directory "
+            "(the embedded one); set DATABASE_URL to a TCP server (the CI's PostgreSQL 15 service)"
+        )
+    server_port = target.port or int(query.get("port", 5432))
+    user = target.username or "postgres"
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="awa-pgbouncer-") as tmp:
         directory = Path(tmp)
         directory.chmod(0o755)  # readable by the unprivileged user pgbouncer switches to as root
-        (directory / "userlist.txt").write_text(f'"{target.username or "postgres"}" ""\n')
+        (directory / "userlist.txt").write_text(f'"{user}" ""\n')
         (directory / "pgbouncer.ini").write_text(
             "[databases]\n"
-            f"{dbname} = host={target.hostname or '127.0.0.1'} port={target.port or 5432} dbname={dbname}\n"
+            f"{dbname} = host={host} port={server_port} dbname={dbname}\n"
             "[pgbouncer]\n"
             f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
             f"auth_type = trust\nauth_file = {directory / 'userlist.txt'}\n"
@@ -96,7 +106,7 @@ def bouncer_url(db_url: str) -> Iterator[str]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"pgbouncer did not start: {log.read_text()}")
                 time.sleep(0.05)  # polling for the port, not ordering events
-            yield urlunsplit(target._replace(netloc=f"{target.username or 'postgres'}@127.0.0.1:{port}"))
+            yield urlunsplit(target._replace(netloc=f"{user}@127.0.0.1:{port}", query=""))
         finally:
             process.terminate()
             process.wait(timeout=10)
