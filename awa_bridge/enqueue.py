@@ -83,7 +83,8 @@ class PreparedJob:
                 "id": row["id"],
                 "kind": self.kind,
                 "queue": self.queue,
-                "args": dict(args) if args is not None else decode_json(self.args_json),
+                # Sorted: the key order json.loads of the canonical (sort_keys) JSON gave before.
+                "args": dict(sorted(args.items())) if args is not None else decode_json(self.args_json),
                 "state": self.state,
                 "priority": self.priority,
                 "max_attempts": self.max_attempts,
