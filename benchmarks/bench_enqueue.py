@@ -3,7 +3,8 @@
 One run, one PostgreSQL server, one throwaway database per system (all
 dropped at the end). Two sections:
 
-* single: N iterations of "begin; insert one job; commit" on one connection;
+* single: N iterations of "begin; insert one job; commit" on one connection
+  (with ``--autocommit``: of the insert alone, its own transaction);
 * bulk:   one call that inserts N jobs (COPY where the system has it).
 
 Every measurement gets a short warm-up, then its tables are emptied and the
@@ -59,6 +60,15 @@ def job_dict(n: int) -> dict[str, Any]:
 
 def job_obj(n: int) -> SendEmail:
     return SendEmail(**job_dict(n))
+
+
+# ``--autocommit`` clears it: each single enqueue is then its INSERT alone, no BEGIN / COMMIT.
+SINGLE_IN_TRANSACTION = True
+
+
+def single_tx(conn: Any) -> Any:
+    """The transaction a single enqueue runs in: ``conn.transaction()``, or none with ``--autocommit``."""
+    return conn.transaction() if SINGLE_IN_TRANSACTION else contextlib.nullcontext()
 
 
 def dumps(data: Any) -> str:
@@ -172,7 +182,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
 
                 async def run(first: int, count: int) -> None:
                     for n in range(first, first + count):
-                        async with conn.transaction():
+                        async with single_tx(conn):
                             await body(conn, n)
 
                 return run, conn.close
@@ -185,12 +195,28 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
         async def bridge_asyncpg(conn: Any, n: int) -> Any:
             return await awa_bridge.insert_job(conn, job_obj(n))
 
+        async def open_client() -> tuple[Run, Callable[[], Awaitable[None]]]:
+            # Client.insert: its own small set of connections, one call = one transaction.
+            from awa_bridge.worker import Client
+
+            client = Client(url)
+
+            async def run(first: int, count: int) -> None:
+                for n in range(first, first + count):
+                    await client.insert(job_obj(n))
+
+            return run, client.shutdown
+
         base = "single:bare INSERT:asyncpg"
         cases += [
             Case("single", "baseline", "bare INSERT", "asyncpg", asyncpg_single(bare_asyncpg), reset),
             Case(
                 "single", "awa_bridge", "awa_bridge insert_job", "asyncpg",
                 asyncpg_single(bridge_asyncpg), reset, base,
+            ),
+            Case(
+                "single", "awa_bridge", "awa_bridge Client.insert", "asyncpg",
+                open_client, reset, base, "autocommit: the INSERT is its own transaction",
             ),
         ]  # fmt: skip
 
@@ -201,7 +227,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
 
             async def run(first: int, count: int) -> None:
                 for n in range(first, first + count):
-                    with conn.transaction():
+                    with single_tx(conn):
                         body(conn, n)
 
             async def close() -> None:
@@ -224,7 +250,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
 
             async def run(first: int, count: int) -> None:
                 for n in range(first, first + count):
-                    async with conn.transaction():
+                    async with single_tx(conn):
                         await body(conn, n)
 
             return run, conn.close
@@ -372,7 +398,7 @@ def awa_pg_cases(url: str) -> list[Case]:
 
             async def run(first: int, count: int) -> None:
                 for n in range(first, first + count):
-                    async with conn.transaction():
+                    async with single_tx(conn):
                         await awa.bridge.insert_job(conn, job_obj(n))
 
             return run, conn.close
@@ -389,7 +415,7 @@ def awa_pg_cases(url: str) -> list[Case]:
 
         async def run(first: int, count: int) -> None:
             for n in range(first, first + count):
-                with conn.transaction():
+                with single_tx(conn):
                     awa.bridge.insert_job_sync(conn, job_obj(n))
 
         async def close() -> None:
@@ -436,7 +462,7 @@ def pgqueuer_cases(url: str) -> list[Case]:
 
         async def run(first: int, count: int) -> None:
             for n in range(first, first + count):
-                async with conn.transaction():
+                async with single_tx(conn):
                     await queries.enqueue(KIND, dumps(job_dict(n)).encode())
 
         return run, conn.close
@@ -477,7 +503,7 @@ def procrastinate_cases(url: str, app: Any) -> list[Case]:
 
         async def run(first: int, count: int) -> None:
             for n in range(first, first + count):
-                async with conn.transaction():
+                async with single_tx(conn):
                     await task.configure(connection=conn).defer_async(**job_dict(n))
 
         return run, conn.close
@@ -714,11 +740,12 @@ PEER = {
 def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes: list[str]) -> str:
     by_key = {case.key: case for case in cases}
     lines = [*header, ""]
+    each = "insert alone (--autocommit)" if args.autocommit else "begin / insert / commit"
     tables = [
         (
             PHASE_DURABLE,
             "single",
-            f"Single transactional enqueue, durable commits ({args.single:,} x begin / insert / commit, "
+            f"Single transactional enqueue, durable commits ({args.single:,} x {each}, "
             f"server default synchronous_commit)",
             "bare INSERT",
             "interquartile range of the per-chunk rates",
@@ -726,8 +753,8 @@ def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes
         (
             PHASE_NO_SYNC,
             "single",
-            f"Single transactional enqueue, synchronous_commit=off ({args.single:,} x begin / insert / "
-            "commit; no wait for the WAL flush, so this is the client + server CPU cost)",
+            f"Single transactional enqueue, synchronous_commit=off ({args.single:,} x {each}; "
+            "no wait for the WAL flush, so this is the client + server CPU cost)",
             "bare INSERT",
             "interquartile range of the per-chunk rates",
         ),
@@ -849,6 +876,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="skip the second single-enqueue pass with synchronous_commit=off",
     )
+    parser.add_argument(
+        "--autocommit",
+        action="store_true",
+        help="single enqueues without BEGIN / COMMIT around each (the INSERT is its own transaction)",
+    )
     parser.add_argument("--skip-single", action="store_true")
     parser.add_argument("--skip-bulk", action="store_true")
     parser.add_argument("--only", default="", help="run only cases whose label contains this text")
@@ -901,7 +933,9 @@ async def amain(args: argparse.Namespace, server_url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SINGLE_IN_TRANSACTION
     args = parse_args(argv)
+    SINGLE_IN_TRANSACTION = not args.autocommit
     server = None
     url = args.database_url
     if not url:

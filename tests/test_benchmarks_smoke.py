@@ -289,3 +289,19 @@ def test_warm_rate_leaves_the_start_up_out() -> None:
     run.progress = [(0.0, 1000), (0.5, 1000), (1.0, 900), (1.5, 450), (2.0, 0)]
     assert run.warm_rate == pytest.approx(900.0)
     assert bench_scale.DrainRun(n=10, seconds=1.0, rate=10.0, progress=[(1.0, 0)]).warm_rate == 10.0
+
+
+def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str) -> None:
+    """``bench_enqueue.py --autocommit`` runs the ``Client.insert`` case beside its bare-INSERT baseline."""
+    out, _, pid = run_script(
+        server_url,
+        "bench_enqueue.py",
+        *("--single", "20", "--single-warmup", "5", "--chunk", "10", "--skip-bulk", "--no-sync-off"),
+        *("--autocommit", "--only", "Client.insert"),
+    )
+    assert "x insert alone (--autocommit)" in out
+    assert "| awa_bridge | awa_bridge Client.insert | asyncpg |" in out
+    assert "| baseline | bare INSERT | asyncpg |" in out
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_bench_{pid}_%",))
+        assert [r[0] for r in rows] == []

@@ -34,3 +34,30 @@ async def test_each_insert_commits_on_its_own_and_a_failure_spoils_nothing(db_ur
         db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in%%'"
     )
     assert idle_in_transaction == 0
+
+
+async def test_an_insert_cancelled_mid_statement_leaves_the_next_one_a_clean_connection(db_url: str) -> None:
+    """The connection of a cancelled call is not reused (its state is unknown); the next call just works."""
+    import asyncio
+
+    import psycopg
+
+    from .waiting import lock_waiters, wait_until
+
+    client = Client(db_url)
+    blocker = psycopg.connect(db_url)
+    try:
+        blocker.execute("LOCK TABLE awa.jobs IN EXCLUSIVE MODE")  # the insert waits for this lock
+        stuck = asyncio.ensure_future(client.insert({"n": 1}, kind="produced"))
+        await wait_until(lambda: lock_waiters(db_url) >= 1)
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        blocker.rollback()
+        jobs = [await client.insert({"n": n}, kind="produced") for n in range(2, 8)]  # more than the pool holds
+        assert [job.args for job in jobs] == [{"n": n} for n in range(2, 8)]
+    finally:
+        blocker.close()
+        await client.shutdown()
+    assert count_rows(db_url, "SELECT count(*) FROM awa.jobs WHERE args->>'n' = '1'") == 0
+    assert count_rows(db_url) == 6

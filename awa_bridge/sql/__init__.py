@@ -18,7 +18,10 @@ the compiled statements are plain SQL and a fragment is never a query itself.
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +41,18 @@ class Query:
     named: str
     order: tuple[str, ...]
 
-    def positional(self, params: dict[str, Any]) -> list[Any]:
+    def positional(self, params: dict[str, Any]) -> tuple[Any, ...]:
         """Parameters in ``$n`` order for asyncpg."""
-        return [params[key] for key in self.order]
+        return self._pick(params) if self.order else ()
+
+    @functools.cached_property
+    def _pick(self) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+        # One C call instead of a Python loop per parameter on every execution
+        # (cached_property writes the instance dict, which a frozen dataclass allows).
+        if len(self.order) == 1:
+            key = self.order[0]
+            return lambda params: (params[key],)
+        return operator.itemgetter(*self.order)
 
 
 def compile_query(name: str, text: str) -> Query:

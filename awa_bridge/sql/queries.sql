@@ -1543,3 +1543,9 @@ FROM awa.jobs
 WHERE kind = ANY(CAST(%(kinds)s AS text[])) AND state = ANY(CAST(%(states)s AS awa.job_state[]))
 ORDER BY run_at, id
 LIMIT %(limit)s
+
+-- name: terminate_backend
+-- Ends the server process of a connection the client dropped in an unknown
+-- state (Client.insert cancelled mid-statement), so a statement still running
+-- there cannot commit after its caller gave up.
+SELECT pg_terminate_backend(%(pid)s) AS terminated

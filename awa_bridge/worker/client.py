@@ -16,11 +16,12 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .. import enqueue
 from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
-from ..drivers.connect import connect_async, connect_sync, create_pool
+from ..drivers.connect import connect_async, connect_sync
+from ..drivers.insert_pool import InsertConnections
 from ..errors import ValidationError
 from ..foreign import refuse_worker_on_awa_pg
 from ..migrations import migrate, require_schema
@@ -29,9 +30,6 @@ from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
 from .runtime import Runtime
-
-if TYPE_CHECKING:
-    from ..drivers.asyncpg import AsyncpgPool
 
 log = logging.getLogger("awa_bridge.worker")
 
@@ -65,7 +63,7 @@ class Client:
         #: Prune at start even with no schedule declared (the Django worker: settings are the truth).
         self.prune_when_empty = False
         self.runtime: Runtime | None = None
-        self._insert_pool: AsyncpgPool | None = None
+        self._insert_pool: InsertConnections | None = None
 
     # -- registration ------------------------------------------------------
 
@@ -209,28 +207,19 @@ class Client:
         """Apply the schema migrations (see ``awa_bridge.migrate``)."""
         return migrate(self.database_url)
 
-    async def _pool(self) -> AsyncpgPool:
+    def _pool(self) -> InsertConnections:
         if self._insert_pool is None:
-            # keep_session: these connections only ever run the insert
-            # statements (no LISTEN, locks, cursors or settings of anyone
-            # else's), so asyncpg's default reset on every release (a round
-            # trip of RESET ALL / UNLISTEN * / ...) would only double the cost
-            # of a single insert. A transaction left open is still rolled back.
-            self._insert_pool = await create_pool(self.database_url, min_size=1, max_size=4, keep_session=True)
+            self._insert_pool = InsertConnections(self.database_url)
         return self._insert_pool
 
     async def insert(self, args: Any, **opts: Any) -> Job:
         """Insert one job in its own transaction (for producers without a transaction of their own)."""
-        pool = await self._pool()
-        async with pool.acquire() as db:
-            job: Job = await enqueue.insert_job(db.conn, args, **opts)
-        return job
+        async with self._pool().acquire() as conn:
+            return await enqueue.insert_job(conn, args, **opts)
 
     async def insert_many(self, jobs: Sequence[Any], **opts: Any) -> InsertManyResult:
-        pool = await self._pool()
-        async with pool.acquire() as db, db.transaction():
-            result: InsertManyResult = await enqueue.insert_many(db.conn, jobs, **opts)
-        return result
+        async with self._pool().acquire() as conn, conn.transaction():
+            return await enqueue.insert_many(conn, jobs, **opts)
 
     def insert_sync(self, args: Any, **opts: Any) -> Job:
         """Blocking form of ``insert`` (one short-lived psycopg connection)."""

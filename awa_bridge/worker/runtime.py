@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..drivers.connect import create_pool
+from ..enqueue import decode_json
 from ..errors import ValidationError
 from ..sql import QUERIES
 from .aio import sleep_unless
@@ -223,11 +224,11 @@ class Runtime:
             kind=row["kind"],
             queue=row["queue"],
             args=None,
-            raw_args=json.loads(row["args"]),
+            raw_args=decode_json(row["args"]),
             attempt=row["attempt"],
             max_attempts=row["max_attempts"],
             priority=row["priority"],
-            metadata=json.loads(row["metadata"]),
+            metadata=decode_json(row["metadata"]),
             tags=list(row["tags"]),
             run_lease=row["run_lease"],
             progress=json.loads(row["progress"]) if row["progress"] else None,

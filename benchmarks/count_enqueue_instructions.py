@@ -1,0 +1,211 @@
+"""Client-side CPU instructions per single enqueue, counted by valgrind: figures a busy machine cannot skew.
+
+Wall-clock rates on a shared machine move with everyone else's load; the
+instructions the client process executes per call do not. Each case runs
+twice under ``valgrind --tool=callgrind`` (``--small`` and ``--large`` calls,
+in a child process of this script), and the difference of the two totals
+divided by the difference of the call counts is the cost of one call, start-up
+excluded. It counts the Python process only (the interpreter, the driver,
+the event loop and the system-call entry), not PostgreSQL's side of the
+statement.
+
+    python benchmarks/count_enqueue_instructions.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
+
+It works in a throwaway database beside ``--database-url`` (dropped at the
+end). Run it with ``PYTHONPATH=/path/to/other/checkout`` to count another
+version of awa_bridge against the same peers. Needs valgrind; pgqueuer is
+counted when installed (see requirements.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+BARE = "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, $3) RETURNING id"
+BARE_PSYCOPG = "INSERT INTO awa.jobs (kind, queue, args) VALUES (%s, %s, %s) RETURNING id"
+
+
+@dataclass
+class SendEmail:
+    to: str
+    subject: str
+    n: int
+
+
+def _json(n: int) -> str:
+    return json.dumps({"to": "a@example.com", "subject": "Hi", "n": n}, separators=(",", ":"))
+
+
+async def _asyncpg_case(url: str, case: str, calls: int) -> None:
+    import asyncpg
+
+    import awa_bridge
+    from awa_bridge.worker import Client
+
+    if case == "Client.insert":
+        client = Client(url)
+        for n in range(calls):
+            await client.insert(SendEmail("a@example.com", "Hi", n))
+        await client.shutdown()
+        return
+    conn = await asyncpg.connect(url)
+    step: Callable[[int], Awaitable[Any]]
+    if case == "bare INSERT, asyncpg":
+        step = lambda n: conn.fetchval(BARE, "send_email", "default", _json(n))  # noqa: E731
+    elif case == "insert_job, asyncpg":
+        step = lambda n: awa_bridge.insert_job(conn, SendEmail("a@example.com", "Hi", n))  # noqa: E731
+    else:
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        queries = Queries(AsyncpgDriver(conn))
+        step = lambda n: queries.enqueue("send_email", _json(n).encode())  # noqa: E731
+    for n in range(calls):
+        await step(n)
+    await conn.close()
+
+
+async def _psycopg_async_case(url: str, case: str, calls: int) -> None:
+    import awa_bridge
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for n in range(calls):
+            if case == "bare INSERT, psycopg-async":
+                await (await conn.execute(BARE_PSYCOPG, ("send_email", "default", _json(n)))).fetchone()
+            else:
+                await awa_bridge.insert_job(conn, SendEmail("a@example.com", "Hi", n))
+
+
+def _psycopg_case(url: str, case: str, calls: int) -> None:
+    import awa_bridge
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for n in range(calls):
+            if case == "bare INSERT, psycopg":
+                conn.execute(BARE_PSYCOPG, ("send_email", "default", _json(n))).fetchone()
+            else:
+                awa_bridge.insert_job_sync(conn, SendEmail("a@example.com", "Hi", n))
+
+
+CASES = [
+    "bare INSERT, asyncpg",
+    "insert_job, asyncpg",
+    "Client.insert",
+    "pgqueuer enqueue, asyncpg",
+    "bare INSERT, psycopg",
+    "insert_job_sync, psycopg",
+    "bare INSERT, psycopg-async",
+    "insert_job, psycopg-async",
+]
+
+
+def run_case(url: str, case: str, calls: int) -> None:
+    """The child's work: ``calls`` single enqueues of ``case`` on an autocommit connection."""
+    if case.endswith("psycopg"):
+        _psycopg_case(url, case, calls)
+    elif case.endswith("psycopg-async"):
+        asyncio.run(_psycopg_async_case(url, case, calls))
+    else:
+        asyncio.run(_asyncpg_case(url, case, calls))
+
+
+def instructions(url: str, case: str, calls: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",
+            sys.executable, __file__, "--child", case, "--calls", str(calls), "--database-url", url,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : ([\d,]+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from valgrind for {case!r}: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="a migrated database")
+    parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--large", type=int, default=1100)
+    parser.add_argument("--only", default="", help="comma-separated substrings: count only the cases matching one")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.database_url:
+        parser.error("--database-url (or DATABASE_URL) is required")
+    if args.child:
+        run_case(args.database_url, args.child, args.calls)
+        return
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed")
+    name = f"awa_count_{os.getpid()}"
+    with psycopg.connect(args.database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        count(args, urlunsplit(urlsplit(args.database_url)._replace(path="/" + name)))
+    finally:
+        with psycopg.connect(args.database_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _install_pgqueuer(url: str) -> bool:
+    try:
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+    except ImportError:
+        return False
+
+    async def install() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await Queries(AsyncpgDriver(conn)).install()
+        finally:
+            await conn.close()
+
+    asyncio.run(install())
+    return True
+
+
+def count(args: argparse.Namespace, url: str) -> None:
+    """Print the table for a throwaway database at ``url`` (awa_bridge's schema and pgqueuer's)."""
+    import awa_bridge
+
+    awa_bridge.migrate(url)
+    cases = CASES if _install_pgqueuer(url) else [case for case in CASES if not case.startswith("pgqueuer")]
+    if args.only:
+        cases = [case for case in cases if any(part in case for part in args.only.split(","))]
+    print(f"awa_bridge from {os.path.dirname(awa_bridge.__file__)}")
+    print()
+    print(
+        "| case (autocommit, one call = one statement) | client instructions per call | x bare INSERT (same driver) |"
+    )
+    print("|---|---:|---:|")
+    bare: dict[str, int] = {}
+    for case in cases:
+        per_call = (instructions(url, case, args.large) - instructions(url, case, args.small)) // (
+            args.large - args.small
+        )
+        driver = case.rsplit(", ", 1)[-1] if ", " in case else "asyncpg"
+        if case.startswith("bare"):
+            bare[driver] = per_call
+        ratio = f"{per_call / bare[driver]:.2f}" if driver in bare else "-"
+        print(f"| {case} | {per_call:,} | {ratio} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The ``Job`` that ``insert_job`` returns is the row it wrote, field for field.
+
+``insert_job`` builds that ``Job`` from the values it sent (flat args without
+re-parsing their JSON) and only the id and times from the database, so every
+kind of args and option is compared here with the row read back through
+``row_to_job``, and with the args the worker decodes, key order included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import awa_bridge
+from awa_bridge.enqueue import row_to_job
+
+
+@dataclasses.dataclass
+class Zebra:
+    zeta: str
+    alpha: int
+    ratio: float
+    flag: bool
+    nothing: None = None
+
+
+CASES: list[tuple[Any, dict[str, Any]]] = [
+    (Zebra("z", 1, 0.000015, True), {}),
+    ({"b": 1, "a": "é", "c": None, "d": 1e16}, {"kind": "flat_dict"}),
+    ({"nested": {"y": [1, 2.5, "x"], "x": {}}, "list": [True]}, {"kind": "nested"}),
+    (
+        {"k": "v"},
+        {
+            "kind": "everything",
+            "queue": "q1",
+            "priority": 1,
+            "max_attempts": 3,
+            "run_at": datetime.now(UTC) + timedelta(hours=1),
+            "metadata": {"m": [1]},
+            "tags": ["t1", "t2"],
+            "unique": {"by_args": True},
+            "ordering_key": "ok",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "opts"), CASES, ids=["dataclass", "flat-dict", "nested", "all-options"])
+def test_the_returned_job_is_the_row_written(db_url: str, args: Any, opts: dict[str, Any]) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = awa_bridge.insert_job_sync(conn, args, **opts)
+        cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
+        row = cursor.execute(
+            "SELECT *, CAST(args AS text) AS args_text FROM awa.jobs WHERE id = %s", (job.id,)
+        ).fetchone()
+    assert row is not None
+    args_text = row.pop("args_text")
+    read_back = row_to_job(row)
+    assert job == dataclasses.replace(read_back, args=job.args)
+    assert job.args == json.loads(args_text)
+    assert list(job.args) == sorted(job.args)  # the key order of the canonical JSON, as before
+    if isinstance(args, dict):
+        assert job.args is not args
