@@ -141,7 +141,9 @@ def test_every_seconds_setting_of_the_worker_takes_a_timedelta() -> None:
 
     assert set(QUEUE_SECONDS) | set(WORKER_SECONDS) == SECONDS_SETTINGS
     defaults, queue = WorkerConfig(), QueueConfig("q")
-    retention = {"completed_retention": "completed", "failed_retention": "failed"}
+    from awa_django.conf import RETENTION_KEYS
+
+    retention = {field: key for key, field in RETENTION_KEYS.items()}  # read from AWA["RETENTION"]
     worker = {k: timedelta(seconds=getattr(defaults, k) * 2) for k in WORKER_SECONDS if k not in retention}
     parsed = parse_settings(
         {
