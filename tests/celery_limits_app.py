@@ -128,5 +128,10 @@ def on_failure(sender: Any = None, exception: BaseException | None = None, **_: 
     note(f"task_failure {sender.name if sender else '?'} {type(exception).__name__}")
 
 
+@signals.task_postrun.connect
+def on_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
+    note(f"task_postrun {sender.name if sender else '?'} {state}")
+
+
 if os.environ.get("DATABASE_URL"):
     client = app.client(heartbeat_interval=0.05, heartbeat_staleness=0.5, rescue_interval=0.1, promote_interval=0.05)

@@ -86,6 +86,7 @@ def test_a_task_stuck_in_c_past_time_limit_fails_with_time_limit_exceeded(worker
     # The signal is sent in the worker itself, as Celery's on_timeout sends it in its main process.
     wait_for(lambda: noted("task_failure limits.stuck TimeLimitExceeded"), 5, "task_failure")
     assert noted("task_failure limits.stuck TimeLimitExceeded") == [worker.pid]
+    assert noted("task_postrun limits.stuck FAILURE") == []  # as Celery's on_timeout: the run never returned
     ran_in = noted("start a")
     assert ran_in and not noted("woke a")
     # threads: in the worker; prefork: in a child process, killed at the limit.

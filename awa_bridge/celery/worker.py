@@ -52,7 +52,7 @@ from ..args import canonical_json
 from ..errors import ValidationError
 from ..worker.outcomes import Cancel, RetryAfter, Snooze, TerminalError
 from . import signals, states
-from .errors import ChordError, ExceptionInfo, Retry, TaskRevokedError, WorkerLostError
+from .errors import ChordError, ExceptionInfo, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .result import EagerResult, exception_info, in_task
 from .serialization import decode, encode
 from .task import MAX_ATTEMPTS, Context, Task
@@ -283,7 +283,8 @@ def _fail(task: Task, job: Any, request: Context, meta: dict[str, Any], exc: Bas
         einfo=einfo,
     )
     _hook(task.after_return, states.FAILURE, exc, request.id, request.args, request.kwargs, einfo)
-    _postrun(task, request, exc, states.FAILURE)
+    if not isinstance(exc, TimeLimitExceeded):  # Celery's on_timeout sends no task_postrun: the run never returned
+        _postrun(task, request, exc, states.FAILURE)
     raise TerminalError(f"{type(exc).__name__}: {exc}") from exc
 
 
