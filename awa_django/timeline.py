@@ -76,7 +76,7 @@ def _when(value: Any) -> datetime | None:
 
 
 def _attempt_events(job: Any, attempts: list[dict[str, Any]]) -> list[Event]:
-    """Each attempt's start with the worker that ran it, and its snooze if one ended it.
+    """Each attempt's start with the worker that ran it, and the snooze or shutdown that handed it back.
 
     Without attempt rows (a job older than migration v008, or past the history
     retention) only the latest attempt's start is known, from the job's row.
@@ -99,6 +99,15 @@ def _attempt_events(job: Any, attempts: list[dict[str, Any]]) -> list[Event]:
                     row["snoozed_at"],
                     "snoozed",
                     f"attempt {row['attempt']} snoozed for {wait}",
+                    "the attempt is not spent",
+                )
+            )
+        if row.get("released_at") is not None:
+            events.append(
+                Event(
+                    row["released_at"],
+                    "snoozed",
+                    f"attempt {row['attempt']} handed back: its worker shut down",
                     "the attempt is not spent",
                 )
             )

@@ -263,13 +263,22 @@ WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
 -- name: release_jobs
--- Shutdown: hand unfinished attempts back at once, without spending them.
-UPDATE awa.jobs AS j
-SET state = 'available', run_at = now(), attempt = j.attempt - 1,
-    heartbeat_at = NULL, deadline_at = NULL
-FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-RETURNING j.id
+-- Shutdown: hand unfinished attempts back at once, without spending them; the
+-- attempt's awa.job_attempts row says so (the job timeline).
+WITH released AS (
+    UPDATE awa.jobs AS j
+    SET state = 'available', run_at = now(), attempt = j.attempt - 1,
+        heartbeat_at = NULL, deadline_at = NULL
+    FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    RETURNING j.id, j.run_lease
+), stamped AS (
+    UPDATE awa.job_attempts AS a
+    SET released_at = now()
+    FROM released AS r
+    WHERE a.job_id = r.id AND a.run_lease = r.run_lease
+)
+SELECT id FROM released
 
 -- name: upsert_queue_rollups
 -- The worker's outcome counters (awa_bridge.worker.rollup), every few
@@ -523,7 +532,8 @@ LIMIT 200
 -- each and when, and the snooze that ended it if one did (primary key:
 -- job_id, run_lease).
 SELECT * FROM (
-    SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until
+    SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until,
+           released_at
     FROM awa.job_attempts
     WHERE job_id = %(id)s
     ORDER BY run_lease DESC

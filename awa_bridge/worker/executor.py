@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StaleAttempt
+from .aio import call_from_thread
 from .completer import Completer, finalize_one, is_transient
 from .config import QueueConfig
 from .context import JobContext
@@ -310,15 +311,15 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
             ctx.mark_flushed()
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
-        ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, False)
+        call_from_thread(ex.loop, ex.completer.report, ctx, outcome, False)
         return
     except Exception as exc:
         if is_operational(exc):
             raise
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
+        call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
         return
-    ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, True)
+    call_from_thread(ex.loop, ex.completer.report, ctx, outcome, True)
 
 
 def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> None:
@@ -349,15 +350,15 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
             ctx.mark_flushed()
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
-        ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome or Outcome("completed"), False)
+        call_from_thread(ex.loop, ex.completer.report, ctx, outcome or Outcome("completed"), False)
         return
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         if not is_operational(exc):
-            ex.loop.call_soon_threadsafe(ex.completer.submit, ctx, failure)
+            call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
         elif outcome is None:
             raise  # lost before the outcome was written: nothing can have committed
         else:
-            ex.loop.call_soon_threadsafe(ex.completer.resolve, ctx, outcome, failure)
+            call_from_thread(ex.loop, ex.completer.resolve, ctx, outcome, failure)
         return
-    ex.loop.call_soon_threadsafe(ex.completer.report, ctx, outcome, True)
+    call_from_thread(ex.loop, ex.completer.report, ctx, outcome, True)

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .aio import call_from_thread
+
 _STOP = object()
 
 
@@ -38,9 +40,9 @@ class DaemonThreadPool:
             try:
                 result = fn(*args)
             except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, future, None, exc)
+                call_from_thread(loop, _settle, future, None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, future, result, None)
+                call_from_thread(loop, _settle, future, result, None)
 
     def shutdown(self) -> None:
         """Ask idle threads to stop; busy ones finish their job or die with the process."""

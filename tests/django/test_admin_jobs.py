@@ -141,3 +141,21 @@ def test_the_timeline_shows_each_attempt_with_its_worker_and_the_snooze(awa: Non
     assert starts[0] < snoozed < starts[1] < failed < starts[2] < timeline.index("finished: completed"), timeline
     assert timeline.count("attempt 1 started on") == 2 and timeline.count("attempt 2 started on") == 1
     assert 'class="awa-ev-snoozed"' in timeline and "the attempt is not spent" in timeline
+
+
+def test_the_timeline_shows_an_attempt_handed_back_by_a_worker_shutting_down(awa: None, admin_client: Any) -> None:
+    """A worker stopped while the attempt runs hands it back unspent (drain timeout); the next one finishes it."""
+    tasks.RELEASE.clear()
+    tasks.STARTED.clear()
+    job = tasks.slow_transactional.enqueue(8)
+    with running_worker(drain_timeout=0.2):
+        assert tasks.STARTED.wait(10)
+    assert job_state(job.id) == "available"  # released at once, not left for rescue
+    tasks.RELEASE.set()
+    with running_worker():
+        wait_for(lambda: job_state(job.id) == "completed")
+    page = admin_client.get(reverse("admin:awa_django_job_change", args=[job.id])).content.decode()
+    timeline = html.unescape(page.split('class="awa-timeline"', 1)[1].split("</ul>", 1)[0])
+    starts = [m.start() for m in re.finditer("attempt 1 started on", timeline)]
+    handed_back = timeline.index("attempt 1 handed back: its worker shut down")
+    assert len(starts) == 2 and starts[0] < handed_back < starts[1], timeline
