@@ -424,7 +424,9 @@ def awa_pg_cases(url: str) -> list[Case]:
         return run, close
 
     async def open_copy() -> tuple[Run, Callable[[], Awaitable[None]]]:
-        client = awa.AsyncClient(url)
+        from bench_worker import awa_pg_url
+
+        client = awa.AsyncClient(awa_pg_url(url))
 
         async def run(first: int, count: int) -> None:
             items = [job_obj(n) for n in range(first, first + count)]
@@ -553,9 +555,10 @@ async def setup_systems(dbs: Databases) -> Setup:
         notes.append("awa-pg is not installed: skipped (pip install awa-pg==0.6.9)")
     else:
         import awa
+        from bench_worker import awa_pg_url  # a sibling script: sqlx wants the socket directory as the host
 
         url = dbs.create("awa_pg")
-        await awa.migrate(url)
+        await awa.migrate(awa_pg_url(url))
         cases += awa_pg_cases(url)
 
     if _maybe_import("pgqueuer.queries") is None or _maybe_import("asyncpg") is None:
