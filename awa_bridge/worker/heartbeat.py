@@ -35,7 +35,7 @@ class HeartbeatThread(threading.Thread):
         database_url: str,
         interval: float,
         snapshot: Callable[[], list[tuple[int, int]]],
-        on_superseded: Callable[[set[int]], None],
+        on_superseded: Callable[[set[tuple[int, int]]], None],
         describe: Callable[[], dict[str, Any]],
         instance_id: uuid.UUID,
     ) -> None:
@@ -89,8 +89,10 @@ class HeartbeatThread(threading.Thread):
             if db is not None:
                 db.close()
             return None
-        superseded = set(ids) - {row["id"] for row in rows}
+        alive = {row["id"] for row in rows}
+        # Still held here but no longer ours in the database (rescued, cancelled...). By (id,
+        # run_lease): a later attempt of the same job claimed since the snapshot is not touched.
+        superseded = {(job_id, lease) for job_id, lease in held if job_id not in alive}
         if superseded:
-            # Still held here but no longer ours in the database (rescued, cancelled...).
             self.on_superseded(superseded)
         return db

@@ -36,12 +36,16 @@ class HeldAttempts:
         with self.lock:
             return [(c.id, c.run_lease) for c in self.by_id.values()]
 
-    def supersede(self, ids: set[int]) -> None:
-        """From the heartbeat thread: these attempts are no longer ours (their handlers must not start)."""
+    def supersede(self, attempts: set[tuple[int, int]]) -> None:
+        """From the heartbeat thread: these (job id, run_lease) are no longer ours (their handlers must not start).
+
+        Matched on the lease too: the heartbeat's snapshot is older than this
+        call, and the loop may have claimed the job's next attempt meanwhile.
+        """
         with self.lock:
-            for job_id in ids:
+            for job_id, lease in attempts:
                 ctx = self.by_id.get(job_id)
-                if ctx is not None:
+                if ctx is not None and ctx.run_lease == lease:
                     ctx._lost = True
                     ctx._cancelled.set()
 
