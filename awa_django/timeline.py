@@ -3,9 +3,9 @@
 Everything comes from the job's row (created, run at, attempted, finalized,
 the ``errors`` history the worker and the rescuers append to), from
 ``awa.job_actions`` (what operators did, and who) and from
-``awa.job_attempts`` (which worker claimed each attempt, and the snoozes),
-which the claim and finish statements write as they run: no extra statement
-on the worker's hot path.
+``awa.job_claims`` and ``awa.job_attempts`` (which worker claimed each
+attempt, and the snoozes), which the claim and finish statements write as they
+run: no extra statement on the worker's hot path, one row per claim statement.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def operator_actions(alias: str, job_id: int) -> list[dict[str, Any]]:
 
 
 def job_attempts(alias: str, job_id: int) -> list[dict[str, Any]]:
-    """The job's rows of ``awa.job_attempts``: the worker of each attempt, and its snooze."""
-    return _history(alias, "awa.job_attempts", "list_job_attempts", job_id)
+    """The job's attempts (``awa.job_attempts``, and ``awa.job_claims`` for the latest): the worker
+    of each, and its snooze or hand-back (none before migration v009)."""
+    return _history(alias, "awa.job_claims", "list_job_attempts", job_id)
 
 
 def _when(value: Any) -> datetime | None:
@@ -78,7 +79,7 @@ def _when(value: Any) -> datetime | None:
 def _attempt_events(job: Any, attempts: list[dict[str, Any]]) -> list[Event]:
     """Each attempt's start with the worker that ran it, and the snooze or shutdown that handed it back.
 
-    Without attempt rows (a job older than migration v008, or past the history
+    Without attempt rows (a job older than migration v009, or past the history
     retention) only the latest attempt's start is known, from the job's row.
     """
     if not attempts:

@@ -69,13 +69,19 @@ SELECT gen_random_uuid(), 'host-' || g, 1000 + g, '0.6.0',
        now() - CASE WHEN g > 12 THEN interval '1 hour' ELSE interval '1 second' END
 FROM generate_series(1, 15) AS g
 """
-# What the workers record at each claim (awa.job_attempts, the job timeline): one attempt per
-# finished job, by one of the 12 live workers.
+# What the workers record (the job timeline): one awa.job_claims row per claim statement, here per
+# distinct attempted_at, by one of the 12 live workers; and an awa.job_attempts row of its own for
+# each attempt that ended otherwise than completed (the failed jobs).
 ATTEMPTS = """
-INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
-SELECT id, 1, 1, '00000000-0000-4000-8000-000000000001', 'host-' || (1 + id % 12) || '/' || (1001 + id % 12),
-       attempted_at
+INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)
+SELECT attempted_at, '00000000-0000-4000-8000-000000000001',
+       'host-' || (1 + min(id) % 12) || '/' || (1001 + min(id) % 12), array_agg(id)
 FROM awa.jobs WHERE attempted_at IS NOT NULL
+GROUP BY attempted_at;
+INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+SELECT id, run_lease, attempt, '00000000-0000-4000-8000-000000000001',
+       'host-' || (1 + id % 12) || '/' || (1001 + id % 12), attempted_at
+FROM awa.jobs WHERE attempted_at IS NOT NULL AND state <> 'completed'
 """
 # A failing kind to retry all at once from the list ("select all matching this filter").
 BULK_FAILED = """

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from .detect import detect_async, detect_sync
 
 if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
+    import asyncpg
+
     from .asyncpg import Asyncpg, AsyncpgPool
     from .base import AsyncDriver, SyncDriver
     from .psycopg import PsycopgAsync, PsycopgPool, PsycopgSync
@@ -25,12 +27,22 @@ if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
 
 async def connect_async(url: str, *, application_name: str | None = None) -> Asyncpg:
     """A new asyncpg connection (close it with ``await db.close()``)."""
-    import asyncpg
-
     from .asyncpg import Asyncpg
 
+    return Asyncpg(await connect_asyncpg(url, application_name=application_name))
+
+
+async def connect_asyncpg(url: str, *, application_name: str | None = None) -> asyncpg.Connection[Any]:
+    """A new bare asyncpg connection, for the one caller that hands it on as asyncpg itself.
+
+    ``Client.insert``'s connections (``insert_pool``) are passed to
+    ``insert_job`` as the caller's own connection would be, and need their
+    server pid; every other caller wants the adapter (``connect_async``).
+    """
+    import asyncpg
+
     settings = {"application_name": application_name} if application_name else None
-    return Asyncpg(await asyncpg.connect(url, server_settings=settings))
+    return await asyncpg.connect(url, server_settings=settings)
 
 
 async def connect_async_psycopg(url: str) -> PsycopgAsync:

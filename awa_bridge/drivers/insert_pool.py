@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UniqueConflict, ValidationError
 from ..sql import QUERIES
+from .connect import connect_asyncpg
 
 if TYPE_CHECKING:
     import asyncpg
@@ -65,9 +66,7 @@ class InsertConnections:
             conn = self._idle.pop()
             if not conn.is_closed():  # the server may have ended it while it sat idle
                 return conn
-        import asyncpg
-
-        return await asyncpg.connect(self.url)
+        return await connect_asyncpg(self.url, application_name="awa-insert")
 
     def _give_back(self, conn: asyncpg.Connection[Any]) -> None:
         if not self._closed and not conn.is_closed() and not conn.is_in_transaction():
@@ -76,12 +75,10 @@ class InsertConnections:
             conn.terminate()
 
     async def _drop(self, conn: asyncpg.Connection[Any]) -> None:
-        import asyncpg
-
         pid = conn.get_server_pid()
         conn.terminate()
         try:
-            other = await asyncpg.connect(self.url)
+            other = await connect_asyncpg(self.url, application_name="awa-insert")
             try:
                 query = QUERIES["terminate_backend"]
                 await other.execute(query.numeric, *query.positional({"pid": pid}))

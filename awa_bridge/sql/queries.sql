@@ -104,9 +104,10 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- callback an earlier attempt registered: while a job runs, its callback_id
 -- can only be one this attempt registered (under this run_lease), so a late
 -- callback of an earlier attempt finds nothing (see complete_external).
--- The same statement records who claimed each attempt (awa.job_attempts, the
--- job timeline's "attempt N on host/pid"): one narrow row per claim, no
--- extra round trip.
+-- The same statement records who claimed (awa.job_claims, the job timeline's
+-- "attempt N on host/pid"): ONE row per claim statement with the ids it
+-- claimed, whose claimed_at is their attempted_at (the same now()). No extra
+-- round trip, and no row per job on the hot path.
 WITH candidates AS (
     SELECT id
     FROM awa.jobs
@@ -131,13 +132,11 @@ WITH candidates AS (
     RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
               j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
               j.run_at, j.created_at, j.deadline_at, j.attempted_at
-), started AS (
-    INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
-    SELECT id, run_lease, attempt, CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), attempted_at
+), recorded AS (
+    INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)
+    SELECT now(), CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), array_agg(id)
     FROM claimed
-    ON CONFLICT (job_id, run_lease) DO UPDATE  -- a row left by a job id reused after a TRUNCATE
-    SET attempt = EXCLUDED.attempt, instance_id = EXCLUDED.instance_id, worker = EXCLUDED.worker,
-        started_at = EXCLUDED.started_at, snoozed_at = NULL, snoozed_until = NULL
+    HAVING count(*) > 0
 )
 SELECT id, kind, queue, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress,
        run_at, created_at, deadline_at
@@ -163,11 +162,24 @@ SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at 
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
+-- fragment: attempt_claimant
+-- The claim that started the attempt of "e" (a job, or a CTE of the
+-- statement with its id and attempted_at): awa.job_claims by claimed_at =
+-- attempted_at (job_claims_claimed_at_idx), then the id. Statements that end
+-- an attempt other than by the batched completion use it to give the attempt
+-- its own awa.job_attempts row; the timeline, to name the latest attempt's worker.
+JOIN LATERAL (
+    SELECT c.instance_id, c.worker FROM awa.job_claims AS c
+    WHERE c.claimed_at = e.attempted_at AND e.id = ANY(c.job_ids)
+    LIMIT 1
+) AS c ON true
+
 -- name: finish_attempt
 -- Any outcome other than plain completion: retryable, failed, cancelled or
 -- snoozed (scheduled/available, attempt given back). Progress and metadata
--- written by the handler are kept across retries and snoozes. A snooze is
--- stamped on the attempt's awa.job_attempts row (the job timeline).
+-- written by the handler are kept across retries and snoozes. The attempt
+-- gets its own awa.job_attempts row (the job timeline), with the snooze if
+-- it was one.
 WITH finished AS (
     UPDATE awa.jobs
     SET state = CAST(%(state)s AS awa.job_state),
@@ -182,12 +194,16 @@ WITH finished AS (
         heartbeat_at = NULL,
         deadline_at = NULL
     WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
-    RETURNING id, run_lease, run_at
-), snoozed AS (
-    UPDATE awa.job_attempts AS a
-    SET snoozed_at = now(), snoozed_until = f.run_at
-    FROM finished AS f
-    WHERE CAST(%(refund)s AS smallint) = 1 AND a.job_id = f.id AND a.run_lease = f.run_lease
+    RETURNING id, run_lease, run_at, attempted_at, attempt + CAST(%(refund)s AS smallint) AS attempt
+), recorded AS (
+    INSERT INTO awa.job_attempts AS a
+        (job_id, run_lease, attempt, instance_id, worker, started_at, snoozed_at, snoozed_until)
+    SELECT e.id, e.run_lease, e.attempt, c.instance_id, c.worker, e.attempted_at,
+           CASE WHEN CAST(%(refund)s AS smallint) = 1 THEN now() END,
+           CASE WHEN CAST(%(refund)s AS smallint) = 1 THEN e.run_at END
+    FROM finished AS e /* include: attempt_claimant */
+    ON CONFLICT (job_id, run_lease) DO UPDATE
+    SET snoozed_at = EXCLUDED.snoozed_at, snoozed_until = EXCLUDED.snoozed_until
 )
 SELECT id FROM finished
 
@@ -264,19 +280,19 @@ RETURNING id
 
 -- name: release_jobs
 -- Shutdown: hand unfinished attempts back at once, without spending them; the
--- attempt's awa.job_attempts row says so (the job timeline).
+-- attempt's own awa.job_attempts row says so (the job timeline).
 WITH released AS (
     UPDATE awa.jobs AS j
     SET state = 'available', run_at = now(), attempt = j.attempt - 1,
         heartbeat_at = NULL, deadline_at = NULL
     FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
     WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
-    RETURNING j.id, j.run_lease
-), stamped AS (
-    UPDATE awa.job_attempts AS a
-    SET released_at = now()
-    FROM released AS r
-    WHERE a.job_id = r.id AND a.run_lease = r.run_lease
+    RETURNING j.id, j.run_lease, j.attempt + 1 AS attempt, j.attempted_at
+), recorded AS (
+    INSERT INTO awa.job_attempts AS a (job_id, run_lease, attempt, instance_id, worker, started_at, released_at)
+    SELECT e.id, e.run_lease, e.attempt, c.instance_id, c.worker, e.attempted_at, now()
+    FROM released AS e /* include: attempt_claimant */
+    ON CONFLICT (job_id, run_lease) DO UPDATE SET released_at = EXCLUDED.released_at
 )
 SELECT id FROM released
 
@@ -384,25 +400,32 @@ WITH stale AS (
     ORDER BY heartbeat_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE awa.jobs AS j
+    SET state = CASE WHEN stale.holder IS NOT NULL THEN 'cancelled'
+                     WHEN j.attempt >= j.max_attempts THEN 'failed'
+                     ELSE 'retryable' END::awa.job_state,
+        run_at = now(),
+        finalized_at = CASE WHEN j.attempt >= j.max_attempts OR stale.holder IS NOT NULL THEN now() END,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('heartbeat stale: no heartbeat for %%s s (attempt %%s); worker presumed dead',
+                            %(staleness_seconds)s, j.attempt)
+                     || CASE WHEN stale.holder IS NULL THEN ''
+                             ELSE format('; superseded: job %%s holds its unique key', stale.holder) END,
+            'type', 'HeartbeatStale', 'attempt', j.attempt, 'at', now())),
+        heartbeat_at = NULL,
+        deadline_at = NULL
+    FROM stale
+    WHERE j.id = stale.id AND j.run_lease = stale.run_lease AND j.state = 'running'
+    RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.run_lease, j.attempted_at,
+              j.errors[cardinality(j.errors)] ->> 'error' AS reason
+), recorded AS (  -- the rescued attempt's own row (job timeline)
+    INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+    SELECT e.id, e.run_lease, e.attempt, c.instance_id, c.worker, e.attempted_at
+    FROM rescued AS e /* include: attempt_claimant */
+    ON CONFLICT (job_id, run_lease) DO NOTHING
 )
-UPDATE awa.jobs AS j
-SET state = CASE WHEN stale.holder IS NOT NULL THEN 'cancelled'
-                 WHEN j.attempt >= j.max_attempts THEN 'failed'
-                 ELSE 'retryable' END::awa.job_state,
-    run_at = now(),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR stale.holder IS NOT NULL THEN now() END,
-    errors = array_append(j.errors, jsonb_build_object(
-        'error', format('heartbeat stale: no heartbeat for %%s s (attempt %%s); worker presumed dead',
-                        %(staleness_seconds)s, j.attempt)
-                 || CASE WHEN stale.holder IS NULL THEN ''
-                         ELSE format('; superseded: job %%s holds its unique key', stale.holder) END,
-        'type', 'HeartbeatStale', 'attempt', j.attempt, 'at', now())),
-    heartbeat_at = NULL,
-    deadline_at = NULL
-FROM stale
-WHERE j.id = stale.id AND j.run_lease = stale.run_lease AND j.state = 'running'
-RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
-          j.errors[cardinality(j.errors)] ->> 'error' AS reason
+SELECT id, kind, queue, state, attempt, reason FROM rescued
 
 -- name: rescue_expired_deadlines
 WITH expired AS (
@@ -414,24 +437,31 @@ WITH expired AS (
     ORDER BY deadline_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE awa.jobs AS j
+    SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
+                     WHEN j.attempt >= j.max_attempts THEN 'failed'
+                     ELSE 'retryable' END::awa.job_state,
+        run_at = now(),
+        finalized_at = CASE WHEN j.attempt >= j.max_attempts OR expired.holder IS NOT NULL THEN now() END,
+        errors = array_append(j.errors, jsonb_build_object(
+            'error', format('deadline exceeded (attempt %%s)', j.attempt)
+                     || CASE WHEN expired.holder IS NULL THEN ''
+                             ELSE format('; superseded: job %%s holds its unique key', expired.holder) END,
+            'type', 'DeadlineExceeded', 'attempt', j.attempt, 'at', now())),
+        heartbeat_at = NULL,
+        deadline_at = NULL
+    FROM expired
+    WHERE j.id = expired.id AND j.run_lease = expired.run_lease AND j.state = 'running'
+    RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt, j.run_lease, j.attempted_at,
+              j.errors[cardinality(j.errors)] ->> 'error' AS reason
+), recorded AS (  -- the rescued attempt's own row (job timeline)
+    INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)
+    SELECT e.id, e.run_lease, e.attempt, c.instance_id, c.worker, e.attempted_at
+    FROM rescued AS e /* include: attempt_claimant */
+    ON CONFLICT (job_id, run_lease) DO NOTHING
 )
-UPDATE awa.jobs AS j
-SET state = CASE WHEN expired.holder IS NOT NULL THEN 'cancelled'
-                 WHEN j.attempt >= j.max_attempts THEN 'failed'
-                 ELSE 'retryable' END::awa.job_state,
-    run_at = now(),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts OR expired.holder IS NOT NULL THEN now() END,
-    errors = array_append(j.errors, jsonb_build_object(
-        'error', format('deadline exceeded (attempt %%s)', j.attempt)
-                 || CASE WHEN expired.holder IS NULL THEN ''
-                         ELSE format('; superseded: job %%s holds its unique key', expired.holder) END,
-        'type', 'DeadlineExceeded', 'attempt', j.attempt, 'at', now())),
-    heartbeat_at = NULL,
-    deadline_at = NULL
-FROM expired
-WHERE j.id = expired.id AND j.run_lease = expired.run_lease AND j.state = 'running'
-RETURNING j.id, j.kind, j.queue, j.state::text AS state, j.attempt,
-          j.errors[cardinality(j.errors)] ->> 'error' AS reason
+SELECT id, kind, queue, state, attempt, reason FROM rescued
 
 -- name: delete_finished
 -- Retention: delete a bounded batch of finished jobs older than their state's
@@ -460,6 +490,26 @@ WHERE id IN (
     SELECT id FROM awa.job_actions
     WHERE at < now() - make_interval(secs => %(retention_seconds)s)
     ORDER BY at
+    LIMIT %(limit)s
+)
+RETURNING id
+
+-- name: prune_job_claims
+-- Claim records (awa.job_claims) no job needs any more, oldest first: those
+-- older than the completed retention of which no job still has this claim as
+-- its latest attempt (attempted_at = claimed_at) without a row of its own in
+-- awa.job_attempts. Typically every job of a claim completed and was deleted
+-- by retention; a job still running or retained keeps its claim.
+DELETE FROM awa.job_claims
+WHERE id IN (
+    SELECT c.id FROM awa.job_claims AS c
+    WHERE c.claimed_at < now() - make_interval(secs => %(retention_seconds)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM awa.jobs AS j
+          WHERE j.id = ANY(c.job_ids) AND j.attempted_at = c.claimed_at
+            AND NOT EXISTS (SELECT 1 FROM awa.job_attempts AS a WHERE a.job_id = j.id AND a.run_lease = j.run_lease)
+      )
+    ORDER BY c.claimed_at
     LIMIT %(limit)s
 )
 RETURNING id
@@ -529,13 +579,20 @@ LIMIT 200
 
 -- name: list_job_attempts
 -- A job's latest 200 attempts for its timeline, oldest first: who claimed
--- each and when, and the snooze that ended it if one did (primary key:
--- job_id, run_lease).
+-- each and when, and the snooze or hand-back that ended it if one did. An
+-- attempt that ended other than by completion has its own row (primary key
+-- job_id, run_lease); the latest attempt, running or completed, is found
+-- through the claim that started it (claimed_at = attempted_at).
 SELECT * FROM (
     SELECT run_lease, attempt, worker, instance_id::text AS instance_id, started_at, snoozed_at, snoozed_until,
            released_at
     FROM awa.job_attempts
     WHERE job_id = %(id)s
+    UNION ALL
+    SELECT e.run_lease, e.attempt, c.worker, c.instance_id::text, e.attempted_at, NULL, NULL, NULL
+    FROM awa.jobs AS e /* include: attempt_claimant */
+    WHERE e.id = %(id)s
+      AND NOT EXISTS (SELECT 1 FROM awa.job_attempts AS a WHERE a.job_id = e.id AND a.run_lease = e.run_lease)
     ORDER BY run_lease DESC
     LIMIT 200
 ) AS latest

@@ -2,7 +2,15 @@
 
 Plain completions are collected for a couple of milliseconds and written with
 one UPDATE per batch; other outcomes (retry, fail, snooze, cancel) and
-completions carrying progress are written one by one. A write that matches no
+completions carrying progress are written one by one.
+
+A handler's slot is free as soon as it returns, before its outcome is written,
+so claiming never waits for the completer, except when the completer falls
+behind: with two batches' worth unwritten it is ``congested``, the producers
+claim nothing until it catches up, and ``on_room`` wakes them. Without that, a
+database slowed by something else (a retention burst, a vacuum) let unwritten
+outcomes pile up by the hundred thousand; their jobs stay ``running`` and held,
+so every heartbeat rewrote all of them, slowing the database further. A write that matches no
 row means the attempt was superseded (rescued, cancelled, released): it is
 logged and never retried. A database error keeps the batch and tries again;
 the jobs stay held and heartbeated meanwhile.
@@ -81,12 +89,15 @@ class Completer:
         flush_interval: float,
         on_finished: Finished,
         on_abandoned: Callable[[JobContext], None],
+        on_room: Callable[[], None] = lambda: None,
     ) -> None:
         self.pool = pool
         self.batch = batch
         self.flush_interval = flush_interval
         self.on_finished = on_finished
         self.on_abandoned = on_abandoned
+        self.on_room = on_room
+        self.limit = 2 * batch  # unwritten outcomes beyond which producers stop claiming
         self.pending: list[tuple[JobContext, Outcome]] = []
         self.resolving: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
@@ -97,6 +108,10 @@ class Completer:
         self.pending.append((ctx, outcome))
         self.idle.clear()
         self.wake.set()
+
+    def congested(self) -> bool:
+        """Too many outcomes wait to be written: claim nothing more until they are."""
+        return len(self.pending) >= self.limit
 
     def report(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
         """An outcome written elsewhere (a transactional handler's own transaction): report it like ours."""
@@ -123,6 +138,7 @@ class Completer:
                 continue
             if len(self.pending) < self.batch and not stopping.is_set():
                 await asyncio.sleep(self.flush_interval)  # let a batch gather
+            was_congested = self.congested()
             items, self.pending = self.pending[: self.batch], self.pending[self.batch :]
             try:
                 await self.flush(items)
@@ -135,6 +151,8 @@ class Completer:
                     await asyncio.sleep(0.5)
                 else:
                     await self.flush_one_by_one(items, exc)
+            if was_congested and not self.congested():
+                self.on_room()
 
     async def flush_one_by_one(self, items: list[tuple[JobContext, Outcome]], cause: Exception) -> None:
         """A statement failed for a reason retrying will not fix: isolate the job(s) it concerns.

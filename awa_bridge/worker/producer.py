@@ -70,9 +70,15 @@ class Slots:
         self.queues = list(queues)
         self.claim_batch = claim_batch
         self.global_max = global_max
+        # Whether the outcomes of returned handlers wait to be written in such number that
+        # nothing more may be claimed (the runtime sets the completer's ``congested``).
+        self.congested: Callable[[], bool] = lambda: False
 
     def allowance(self, state: QueueState) -> int:
-        """Slots this queue may fill now: its own limit, the global one, the claim batch."""
+        """Slots this queue may fill now: its own limit, the global one, the claim batch; none while
+        the completer is congested."""
+        if self.congested():
+            return 0
         allowed = min(state.free, self.claim_batch)
         if self.global_max is not None:
             allowed = min(allowed, weighted_allowance(state, self.queues, self.global_max))
@@ -89,6 +95,11 @@ class Slots:
                 if other.backlog:
                     other.wake.set()
 
+    def room(self) -> None:
+        """The completer caught up: every queue may claim again."""
+        for state in self.queues:
+            state.wake.set()
+
 
 class Producer:
     """The claim loop of one queue, on the runtime's pool; claimed rows go to ``dispatch``."""
@@ -102,8 +113,8 @@ class Producer:
         claimant: tuple[uuid.UUID, str],
     ) -> None:
         self.state = state
-        # Who claims (the registry's instance id, "host/pid"): the claim records it per attempt
-        # in awa.job_attempts, the job timeline's "attempt N on host/pid".
+        # Who claims (the registry's instance id, "host/pid"): each claim statement records it,
+        # with the ids it claimed, in awa.job_claims: the job timeline's "attempt N on host/pid".
         self.instance_id, self.worker = claimant
         self.pool = pool
         self.slots = slots

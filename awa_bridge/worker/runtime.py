@@ -127,8 +127,14 @@ class Runtime:
         sync_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(sync_slots, 256))
         self.completer = Completer(
-            self.pool, self.config.completion_batch, self.config.completion_flush, self.finished, self.abandon
+            self.pool,
+            self.config.completion_batch,
+            self.config.completion_flush,
+            self.finished,
+            self.abandon,
+            on_room=self.slots.room,
         )
+        self.slots.congested = self.completer.congested
         self.handle = AttemptWrites(self.loop, self.pool, self.database_url)
         configs = {name: state.config for name, state in self.queues.items()}
         self.executor = Executor(self.loop, self.threads, self.pools, self.completer, self.hooks, configs)

@@ -1,4 +1,5 @@
-"""Delete finished jobs past their retention, and job history (actions, attempts) past its own, in bounded batches."""
+"""Delete finished jobs past their retention, the claim records they no longer need, and job history
+(actions, attempts) past its own, in bounded batches."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ async def delete_finished(
         "limit": limit,
     }
     return len(await as_asyncpg(conn).fetch(QUERIES["delete_finished"], params))
+
+
+async def prune_claims(conn: Any, completed_retention: float, limit: int = MAINTENANCE_BATCH) -> int:
+    """One batch of claim records (``awa.job_claims``) that no retained job still needs."""
+    params = {"retention_seconds": float(completed_retention), "limit": limit}
+    return len(await as_asyncpg(conn).fetch(QUERIES["prune_job_claims"], params))
 
 
 async def prune_history(conn: Any, retention: float, limit: int = MAINTENANCE_BATCH) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH, MAINTENANCE_BUDGET_SECONDS, WorkerConfig
 from ..rollup import prune_rollups
-from .cleanup import delete_finished, prune_history
+from .cleanup import delete_finished, prune_claims, prune_history
 from .cron import fire_due_schedules
 from .promote import promote_due
 from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
@@ -143,6 +143,20 @@ class Cleanup(Service):
         return deleted
 
 
+class PruneClaims(Service):
+    """Claim records (``awa.job_claims``, one per claim statement) once no retained job needs them
+    to name the worker of its latest attempt: they go as retention deletes the jobs they claimed."""
+
+    name = "prune_claims"
+
+    def __init__(self, interval: float, completed_retention: float) -> None:
+        super().__init__(interval)
+        self.completed_retention = completed_retention
+
+    async def run_batch(self, db: Asyncpg) -> int:
+        return await prune_claims(db, self.completed_retention, self.batch)
+
+
 class PruneHistory(Service):
     """Job history past ``retention``: operator actions (``awa.job_actions``) and attempt records
     (``awa.job_attempts``), so neither grows forever."""
@@ -213,6 +227,7 @@ def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
         RescueStaleHeartbeats(cfg.rescue_interval, on_rescued, cfg.heartbeat_staleness),
         PruneInstances(cfg.rescue_interval, cfg.heartbeat_staleness),
         Cleanup(cfg.cleanup_interval, cfg.completed_retention, cfg.failed_retention),
+        PruneClaims(cfg.cleanup_interval, cfg.completed_retention),
         PruneRollups(cfg.cleanup_interval),
         PruneHistory(cfg.cleanup_interval, cfg.history_retention),
     ]
