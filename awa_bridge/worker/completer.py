@@ -6,8 +6,9 @@ completions carrying progress are written one by one.
 
 A handler's slot is free as soon as it returns, before its outcome is written,
 so claiming never waits for the completer, except when the completer falls
-behind: with two batches' worth unwritten it is ``congested``, the producers
-claim nothing until it catches up, and ``on_room`` wakes them. Without that, a
+behind: with ``limit`` outcomes unwritten (two batches, or the worker's slots
+if more) it is ``congested``, the producers claim nothing until it catches up,
+and ``on_room`` wakes them. Without that, a
 database slowed by something else (a retention burst, a vacuum) let unwritten
 outcomes pile up by the hundred thousand; their jobs stay ``running`` and held,
 so every heartbeat rewrote all of them, slowing the database further. A write that matches no
@@ -90,6 +91,7 @@ class Completer:
         on_finished: Finished,
         on_abandoned: Callable[[JobContext], None],
         on_room: Callable[[], None] = lambda: None,
+        limit: int = 0,
     ) -> None:
         self.pool = pool
         self.batch = batch
@@ -97,7 +99,7 @@ class Completer:
         self.on_finished = on_finished
         self.on_abandoned = on_abandoned
         self.on_room = on_room
-        self.limit = 2 * batch  # unwritten outcomes beyond which producers stop claiming
+        self.limit = max(limit, 2 * batch)  # unwritten outcomes beyond which producers stop claiming
         self.pending: list[tuple[JobContext, Outcome]] = []
         self.resolving: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()

@@ -124,8 +124,8 @@ class Runtime:
         self.pool = await create_pool(
             self.database_url, min_size=2, max_size=size, application_name="awa-worker", keep_session=True
         )
-        sync_slots = sum(q.config.max_workers for q in self.queues.values())
-        self.threads = DaemonThreadPool(min(sync_slots, 256))
+        all_slots = sum(q.config.max_workers for q in self.queues.values())
+        self.threads = DaemonThreadPool(min(all_slots, 256))
         self.completer = Completer(
             self.pool,
             self.config.completion_batch,
@@ -133,6 +133,7 @@ class Runtime:
             self.finished,
             self.abandon,
             on_room=self.slots.room,
+            limit=all_slots,  # every slot's handler returning at once is not a backlog
         )
         self.slots.congested = self.completer.congested
         self.handle = AttemptWrites(self.loop, self.pool, self.database_url)
