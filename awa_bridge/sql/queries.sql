@@ -131,7 +131,7 @@ WITH candidates AS (
     WHERE j.id = candidates.id AND j.state = 'available'
     RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
               j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
-              j.run_at, j.created_at, j.deadline_at, j.attempted_at
+              j.run_at, j.created_at, j.deadline_at
 ), recorded AS (
     INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)
     SELECT now(), CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), array_agg(id)
