@@ -10,7 +10,8 @@ import psycopg
 #: Empties every awa table a test may have written (the schema stays).
 EMPTY_AWA_TABLES = (
     "TRUNCATE awa.jobs, awa.queue_meta, awa.cron_jobs, awa.runtime_instances, awa.maintenance_lease, "
-    "awa.queue_rollups, awa.job_actions, awa.job_attempts, awa.job_claims, awa.receipts RESTART IDENTITY CASCADE"
+    "awa.queue_rollups, awa.job_actions, awa.job_attempts, awa.job_claims, awa.job_results, "
+    "awa.job_ordering_keys, awa.receipts RESTART IDENTITY CASCADE"
 )
 
 

@@ -465,21 +465,17 @@ SELECT id, kind, queue, state, attempt, reason FROM rescued
 
 -- name: delete_finished
 -- Retention: delete a bounded batch of finished jobs older than their state's
--- window, and their attempt records (awa.job_attempts) with them.
-WITH deleted AS (
-    DELETE FROM awa.jobs
-    WHERE id IN (
-        SELECT id FROM awa.jobs
-        WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
-           OR (state IN ('failed', 'cancelled')
-               AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
-        LIMIT %(limit)s
-    )
-    RETURNING id
-), attempts AS (
-    DELETE FROM awa.job_attempts WHERE job_id IN (SELECT id FROM deleted)
+-- window (their results, ordering keys and attempt records go with them, by
+-- the statement trigger jobs_delete_job_rows, v010).
+DELETE FROM awa.jobs
+WHERE id IN (
+    SELECT id FROM awa.jobs
+    WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
+       OR (state IN ('failed', 'cancelled')
+           AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
+    LIMIT %(limit)s
 )
-SELECT id FROM deleted
+RETURNING id
 
 -- name: prune_job_actions
 -- History retention (WorkerConfig.history_retention): operator actions older
