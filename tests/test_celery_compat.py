@@ -65,8 +65,10 @@ def shop(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
 async def worker(shop: Celery, db_url: str) -> AsyncIterator[Callable[..., Awaitable[Client]]]:
     clients: list[Client] = []
 
-    async def start(queues: tuple[str, ...] = ("default", "email"), app: Celery | None = None) -> Client:
-        client = Client(db_url, **FAST)
+    async def start(
+        queues: tuple[str, ...] = ("default", "email"), app: Celery | None = None, **timings: Any
+    ) -> Client:
+        client = Client(db_url, **{**FAST, **timings})
         (app or shop).install(client)
         clients.append(client)
         await client.start(list(queues))
@@ -308,7 +310,9 @@ async def test_autoretry_for_uses_celerys_backoff_with_full_jitter(worker, shop:
     services.rates_api.failures = 3
     result = tasks.refresh_rates.delay("EUR")
     job_id = int(result.id)
-    await worker()
+    # Full jitter can draw a countdown of 0: promoted at FAST's 50 ms, such a retry was sometimes
+    # claimed again before the 20 ms poll saw it retryable (a flaky test); 0.5 s leaves it visible.
+    await worker(promote_interval=0.5)
     for attempt in (1, 2, 3):
         delay = await retried(db_url, job_id, attempt)
         # retry_backoff=True: countdown = randrange(min(60, 1 * 2**retries) + 1)
