@@ -51,14 +51,3 @@ def check_sync(driver: Any, message: str) -> None:
 async def check_async(driver: Any, message: str) -> None:
     if (await driver.fetch_all(QUERIES["awa_pg_schema"]))[0]["present"]:
         raise ForeignSchema(message)
-
-
-async def refuse_worker_on_awa_pg(database_url: str) -> None:
-    """The worker's start-up check: one connection, one read, before anything else runs."""
-    from .drivers.connect import connect_async
-
-    db = await connect_async(database_url)
-    try:
-        await check_async(db, WORKER_REFUSAL)
-    finally:
-        await db.close()

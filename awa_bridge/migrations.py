@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,13 +88,38 @@ def _driver(conn: Any) -> SyncDriver:
     return detect_sync(conn)
 
 
-def _present(driver: SyncDriver, relation: str) -> bool:
-    return bool(driver.fetch_all(QUERIES["relation_exists"], {"name": relation})[0]["present"])
+# The checks below are written once as a plan of reads (a generator that yields a
+# statement and receives its rows), run by a sync driver (the migration runner,
+# the CLI) or an async one (the worker, on its own pool at start-up).
+Reads = Generator[tuple[Any, dict[str, Any] | None], list[dict[str, Any]], Any]
 
 
-def _refuse_foreign(driver: SyncDriver) -> None:
+def _run_sync(driver: SyncDriver, plan: Reads) -> Any:
+    try:
+        query, params = next(plan)
+        while True:
+            query, params = plan.send(driver.fetch_all(query, params))
+    except StopIteration as done:
+        return done.value
+
+
+async def _run_async(driver: Any, plan: Reads) -> Any:
+    try:
+        query, params = next(plan)
+        while True:
+            query, params = plan.send(await driver.fetch_all(query, params))
+    except StopIteration as done:
+        return done.value
+
+
+def _present(relation: str) -> Reads:
+    rows = yield QUERIES["relation_exists"], {"name": relation}
+    return bool(rows[0]["present"])
+
+
+def _refuse_foreign() -> Reads:
     """Raise ``ForeignSchema`` on a database the real Awa migrated (its schema is not ours to change)."""
-    if _present(driver, "awa.schema_version") and driver.fetch_all(QUERIES["awa_schema_version_rows"])[0]["n"]:
+    if (yield from _present("awa.schema_version")) and (yield QUERIES["awa_schema_version_rows"], None)[0]["n"]:
         raise ForeignSchema(
             "this database was migrated by the real Awa (awa.schema_version has rows); "
             "awa_bridge will not change its schema. Use awa-pg's own migrations for it; "
@@ -101,16 +127,11 @@ def _refuse_foreign(driver: SyncDriver) -> None:
         )
 
 
-def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
-    """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
-    return _pending(_driver(conn), available)
-
-
-def _pending(driver: SyncDriver, available: list[Migration]) -> list[Migration]:
-    _refuse_foreign(driver)
-    if not _present(driver, "awa.bridge_migrations"):
+def _pending_reads(available: list[Migration]) -> Reads:
+    yield from _refuse_foreign()
+    if not (yield from _present("awa.bridge_migrations")):
         return list(available)
-    applied = {row["name"]: row["checksum"] for row in driver.fetch_all(QUERIES["applied_migrations"])}
+    applied = {row["name"]: row["checksum"] for row in (yield QUERIES["applied_migrations"], None)}
     known = {m.name: m for m in available}
     unknown = sorted(set(applied) - set(known))
     if unknown:
@@ -126,6 +147,16 @@ def _pending(driver: SyncDriver, available: list[Migration]) -> list[Migration]:
                 "restore the file, or write a new migration"
             )
     return [m for m in available if m.name not in applied]
+
+
+def _pending(driver: SyncDriver, available: list[Migration]) -> list[Migration]:
+    pending: list[Migration] = _run_sync(driver, _pending_reads(available))
+    return pending
+
+
+def pending_migrations(conn: Any, available: list[Migration]) -> list[Migration]:
+    """Check the database and return what is left to apply (psycopg or SQLAlchemy connection, in a transaction)."""
+    return _pending(_driver(conn), available)
 
 
 def migrate_connection(
@@ -175,7 +206,7 @@ def drop_schema_connection(conn: Any) -> None:
     """
     driver = _driver(conn)
     driver.execute(QUERIES["migration_lock"])
-    _refuse_foreign(driver)
+    _run_sync(driver, _refuse_foreign())
     driver.execute_script(QUERIES["drop_awa_schema"].pyformat)
 
 
@@ -202,15 +233,31 @@ def migration_script(name: str, directory: Path | None = None) -> list[str]:
 def require_schema(database_url: str) -> None:
     """Raise ``SchemaNotMigrated`` unless the database has every file this package ships.
 
-    A worker calls it before it starts, so an unmigrated database stops it with
-    one line saying what to run, instead of a loop of failing statements. A
-    database the real Awa migrated passes: its own migrations keep it current.
+    A database the real Awa migrated passes: its own migrations keep it current.
     """
     with connect_sync(database_url, autocommit=False) as db, db.transaction():
         try:
             pending = _pending(db, load_migrations())
         except ForeignSchema:
             return
+    _raise_pending(pending)
+
+
+async def require_schema_async(driver: Any) -> None:
+    """``require_schema`` on an async driver the caller holds (the worker's pool, at start-up).
+
+    A worker calls it before it claims anything, so an unmigrated database
+    stops it with one line saying what to run, instead of a loop of failing
+    statements.
+    """
+    try:
+        pending = await _run_async(driver, _pending_reads(load_migrations()))
+    except ForeignSchema:
+        return
+    _raise_pending(pending)
+
+
+def _raise_pending(pending: list[Migration]) -> None:
     if pending:
         names = ", ".join(m.name for m in pending)
         raise SchemaNotMigrated(f"the awa schema on this database lacks {names}; {MIGRATE_HINT}")

@@ -53,7 +53,7 @@ def context(row: Any) -> JobContext:
     return JobContext(
         id=row["id"],
         kind=row["kind"],
-        queue=row["queue"],
+        queue="default",  # the claimer knows its queue (the claim does not return it)
         args=None,
         raw_args=json.loads(row["args"]),
         attempt=row["attempt"],
@@ -211,7 +211,7 @@ def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str) -> None:
             while rows := c.execute(q.pyformat, params).fetchall():
                 with lock:
                     oversized.extend([len(rows)] if len(rows) > k else [])
-                    results.extend((r[0], r[7], r[5]) for r in rows)
+                    results.extend((r[0], r[6], r[4]) for r in rows)  # id, run_lease, attempt
 
     def asyncpg_claimer() -> None:
         async def run() -> None:

@@ -47,4 +47,12 @@ def describe_connection_failure(exc: BaseException) -> str | None:
             return f"the database URL is not valid: {first}"
     if isinstance(exc, (ConnectionError, socket.gaierror)):  # asyncpg's connect: refused, unknown host
         return f"cannot reach the database: {exc}"
+    state = sqlstate_of(exc) or ""
+    if type(exc).__module__.split(".")[0] == "asyncpg" and (state[:2] in ("08", "28") or state in _CONNECT_REFUSED):
+        return f"cannot reach the database: {exc}"
     return None
+
+
+# What a server answers a connection attempt with, besides class 08 (connection exception) and
+# 28 (invalid authorization): no such database, too many connections, starting up / shutting down.
+_CONNECT_REFUSED = ("3D000", "53300", "57P01", "57P02", "57P03")

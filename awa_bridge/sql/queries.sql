@@ -104,6 +104,8 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- callback an earlier attempt registered: while a job runs, its callback_id
 -- can only be one this attempt registered (under this run_lease), so a late
 -- callback of an earlier attempt finds nothing (see complete_external).
+-- Only what the worker needs comes back (the queue is the claimer's own; the
+-- deadline is the same for every row, the claim's now() plus the deadline).
 -- The same statement records who claimed (awa.job_claims, the job timeline's
 -- "attempt N on host/pid"): ONE row per claim statement with the ids it
 -- claimed, whose claimed_at is their attempted_at (the same now()). No extra
@@ -129,17 +131,15 @@ WITH candidates AS (
         callback_timeout_at = NULL
     FROM candidates
     WHERE j.id = candidates.id AND j.state = 'available'
-    RETURNING j.id, j.kind, j.queue, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
-              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
-              j.run_at, j.created_at, j.deadline_at
+    RETURNING j.id, j.kind, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
+              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress, j.deadline_at
 ), recorded AS (
     INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)
     SELECT now(), CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), array_agg(id)
     FROM claimed
     HAVING count(*) > 0
 )
-SELECT id, kind, queue, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress,
-       run_at, created_at, deadline_at
+SELECT id, kind, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress, deadline_at
 FROM claimed
 
 -- name: complete_jobs

@@ -23,8 +23,7 @@ from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
 from ..drivers.connect import connect_async, connect_sync
 from ..drivers.insert_pool import InsertConnections
 from ..errors import ValidationError
-from ..foreign import refuse_worker_on_awa_pg
-from ..migrations import migrate, require_schema
+from ..migrations import migrate
 from ..types import InsertManyResult, Job
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
@@ -148,14 +147,18 @@ class Client:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
             raise RuntimeError("this client's worker is already running")
-        # Refuse a database the real Awa migrated (ForeignSchema) or an unmigrated one
+        runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
+        # Refuses a database the real Awa migrated (ForeignSchema) or an unmigrated one
         # (SchemaNotMigrated) at once, with one line, before any loop starts.
-        await asyncio.to_thread(require_schema, self.database_url)
-        await refuse_worker_on_awa_pg(self.database_url)
-        if self.schedules or self.prune_when_empty:
-            await self._declare_schedules()
-        self.runtime = Runtime(self.database_url, self.registry, self.queue_configs(queues), self.config, self.hooks)
-        await self.runtime.start()
+        await runtime.open()
+        try:
+            if self.schedules or self.prune_when_empty:
+                await self._declare_schedules()
+            await runtime.start()
+        except BaseException:
+            await runtime.shutdown()
+            raise
+        self.runtime = runtime
         self.hooks.fire("ready", self)
 
     async def _declare_schedules(self) -> None:

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa_bridge.worker")
 
-Finished = Callable[[JobContext, Outcome, bool], None]
+# Outcomes written (applied) or found superseded, reported in batches: (attempt, outcome, applied).
+Finished = Callable[[list[tuple[JobContext, Outcome, bool]]], None]
 
 
 def finish_params(ctx: JobContext, outcome: Outcome) -> dict[str, Any]:
@@ -117,7 +118,7 @@ class Completer:
 
     def report(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
         """An outcome written elsewhere (a transactional handler's own transaction): report it like ours."""
-        self.on_finished(ctx, outcome, applied)
+        self.on_finished([(ctx, outcome, applied)])
 
     def abandon(self, ctx: JobContext) -> None:
         """An attempt with no outcome to write (superseded before its handler started)."""
@@ -194,8 +195,9 @@ class Completer:
                 results.append((ctx, outcome, await finalize_one(db, ctx, outcome)))
             unsure = [(c, o) for c, o, applied in results if not applied and c._write_uncertain]
             confirmed = await confirm_written(db, unsure) if unsure else set()
-        for ctx, outcome, applied in results:
-            self.on_finished(ctx, outcome, applied or ctx.id in confirmed)
+        if confirmed:
+            results = [(c, o, applied or c.id in confirmed) for c, o, applied in results]
+        self.on_finished(results)
 
     def resolve(self, ctx: JobContext, intended: Outcome, failure: Outcome) -> None:
         """The commit of ``intended`` is unknown (the connection died at commit): read the row back.
@@ -236,12 +238,12 @@ class Completer:
                 intended.label,
             )
             ctx.mark_flushed()
-            self.on_finished(ctx, intended, True)
+            self.on_finished([(ctx, intended, True)])
         elif lease == ctx.run_lease and state == "running":
             log.warning("job %s: the connection was lost before its outcome committed; read back: not written", ctx.id)
             self.submit(ctx, failure)
         else:
-            self.on_finished(ctx, intended, False)
+            self.on_finished([(ctx, intended, False)])
 
     async def drain(self) -> None:
         """Wait until everything submitted so far has been written."""

@@ -85,6 +85,9 @@ class JobContext:
     _started: bool = field(default=False, repr=False)  # its handler began
     _lingering: Any = field(default=None, repr=False)  # a sync handler's thread, still running past the deadline
     _write_uncertain: bool = field(default=False, repr=False)  # a write of its outcome was cut off
+    _claim: Any = field(default=None, repr=False)  # the claim's deadline (executor.ClaimDeadline)
+    _runner: Any = field(default=None, repr=False)  # the task running its async handler, while it runs
+    _expired: bool = field(default=False, repr=False)  # its async handler was cancelled at the deadline
 
     # -- cancellation ------------------------------------------------------
 

@@ -123,28 +123,22 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
     except ArgsDecodeError as exc:
         return failed_at_once(ctx, str(exc), exc)
     try:
-        return await _run_handler(ex, handler, ctx)
+        if handler.is_async:
+            check_start(ctx)  # the loop may have been blocked since the claim
+        ex.hooks.fire("started", ctx)
+        if handler.transactional:
+            await run_transactional(ex, handler, ctx)
+            return None
+        if not handler.is_async and ex.executor_of(handler, ctx.queue) == "process":
+            return await run_in_process(ex, handler, ctx)
+        try:
+            result = await (_invoke_async(handler, ctx) if handler.is_async else _invoke_sync(ex, handler, ctx))
+        except (asyncio.CancelledError, NotStarted):
+            raise
+        except Exception as exc:  # DeadlineExceeded included
+            return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     except NotStarted as exc:
         return not_started(ex, ctx, str(exc))
-
-
-async def _run_handler(ex: Executor, handler: Handler, ctx: JobContext) -> Outcome | None:
-    if handler.is_async:
-        check_start(ctx)  # the loop may have been blocked since the claim
-    ex.hooks.fire("started", ctx)
-    if handler.transactional:
-        await run_transactional(ex, handler, ctx)
-        return None
-    if not handler.is_async and ex.executor_of(handler, ctx.queue) == "process":
-        return await run_in_process(ex, handler, ctx)
-    try:
-        result = await _invoke(ex, handler, ctx)
-    except DeadlineExceeded as exc:
-        return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     outcome = outcome_for(ctx, result)
     if ctx._on_complete and outcome.state == "completed":
         await ex.threads.submit(ex.loop, complete_with_effects, ex, ctx, outcome)
@@ -169,9 +163,14 @@ DEADLINE_MESSAGE = "deadline exceeded: the attempt ran longer than its queue's d
 
 
 async def _invoke(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
-    timeout = seconds_left(ctx)
+    """Run the handler, async or sync (in a thread), with its deadline."""
     if handler.is_async:
-        return await _invoke_async(handler, ctx, timeout)
+        return await _invoke_async(handler, ctx)
+    return await _invoke_sync(ex, handler, ctx)
+
+
+async def _invoke_sync(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
+    timeout = seconds_left(ctx)
     work = ex.threads.submit(ex.loop, _guarded, handler.fn, ctx)
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
@@ -214,46 +213,74 @@ async def run_in_process(ex: Executor, handler: Handler, ctx: JobContext) -> Out
     return apply_carried(ctx, carried)
 
 
-async def _invoke_async(handler: Handler, ctx: JobContext, timeout: float | None) -> Any:
-    """Run an async handler in the attempt's own task (no task, shield or wait_for per job).
+class ClaimDeadline:
+    """The deadline of the attempts of one claim: one timer for all of them, not one per job.
 
-    At the deadline ``job.cancelled`` is set first, then the task is cancelled:
-    the handler sees CancelledError and the attempt ends as DeadlineExceeded,
-    also when the handler swallows the cancellation. A cancellation from
-    elsewhere (shutdown release) propagates as before.
+    Every row of a claim statement gets the same ``deadline_at`` (the claim's
+    ``now()`` plus the queue's deadline). At that instant the timer sets
+    ``job.cancelled`` on each attempt of the claim still unfinished and
+    cancels the task of each whose async handler is running (``_invoke_async``
+    maps that to DeadlineExceeded); an attempt that has not started yet then
+    never starts (``check_start``). Sync handlers also wait for their thread
+    with a timeout of their own (``_invoke``). When the claim's last attempt
+    ends, the timer is cancelled and the attempts are let go.
     """
-    if timeout is None:
-        try:
-            return await handler.fn(ctx)
-        except asyncio.CancelledError:
+
+    __slots__ = ("contexts", "left", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, contexts: list[JobContext]) -> None:
+        self.contexts = contexts
+        self.left = len(contexts)
+        deadline = contexts[0].deadline_at
+        delay = 0.0 if deadline is None else max(deadline.timestamp() - time.time(), 0.0)
+        self.timer = loop.call_later(delay, self.expire) if deadline is not None else None
+        for ctx in contexts:
+            ctx._claim = self
+
+    def ended(self) -> None:
+        """One attempt of the claim ended (its handler returned, or it never started)."""
+        self.left -= 1
+        if self.left == 0:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.contexts = []
+
+    def expire(self) -> None:
+        for ctx in self.contexts:
             ctx._cancelled.set()
-            raise
-    task = asyncio.current_task()
+            runner = ctx._runner
+            if runner is not None:
+                ctx._expired = True
+                runner.cancel()
+        self.contexts = []
+
+
+async def _invoke_async(handler: Handler, ctx: JobContext) -> Any:
+    """Run an async handler in the attempt's own task (no task, shield, wait_for or timer per job).
+
+    At the claim's deadline (``ClaimDeadline``) ``job.cancelled`` is set first,
+    then the task is cancelled: the handler sees CancelledError and the
+    attempt ends as DeadlineExceeded, also when the handler swallows the
+    cancellation. A cancellation from elsewhere (shutdown release) propagates
+    as before.
+    """
+    task = ctx._runner = asyncio.current_task()
     assert task is not None
-    expired = False
-
-    def on_deadline() -> None:
-        nonlocal expired
-        expired = True
-        ctx._cancelled.set()
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(timeout, on_deadline)
     try:
         result = await handler.fn(ctx)
     except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
+        if ctx._expired and task.uncancel() == 0:
             raise DeadlineExceeded(DEADLINE_MESSAGE) from None
         ctx._cancelled.set()
         raise
     except Exception:
-        if expired:
+        if ctx._expired:
             task.uncancel()
             raise DeadlineExceeded(DEADLINE_MESSAGE) from None
         raise
     finally:
-        timer.cancel()
-    if expired:  # the handler swallowed the cancellation and returned anyway
+        ctx._runner = None
+    if ctx._expired:  # the handler swallowed the cancellation and returned anyway
         task.uncancel()
         raise DeadlineExceeded(DEADLINE_MESSAGE)
     return result

@@ -40,8 +40,6 @@ class HeartbeatThread(threading.Thread):
         instance_id: uuid.UUID,
     ) -> None:
         super().__init__(name="awa-heartbeat", daemon=True)
-        from importlib.metadata import version
-
         self.database_url = database_url
         self.interval = interval
         self.snapshot = snapshot
@@ -52,7 +50,7 @@ class HeartbeatThread(threading.Thread):
             "instance_id": instance_id,
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
-            "version": version("awa-bridge"),
+            "version": None,  # read on this thread (importlib.metadata is slow to load: off the event loop)
             "started_at": datetime.now(UTC),
         }
 
@@ -63,6 +61,9 @@ class HeartbeatThread(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
+        from importlib.metadata import version
+
+        self.instance["version"] = version("awa-bridge")
         db = None
         while True:
             db = self._beat(db)

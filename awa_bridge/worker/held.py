@@ -25,11 +25,24 @@ class HeldAttempts:
         with self.lock:
             self.by_id[ctx.id] = ctx
 
+    def add_many(self, contexts: list[JobContext]) -> None:
+        with self.lock:
+            for ctx in contexts:
+                self.by_id[ctx.id] = ctx
+
     def drop(self, ctx: JobContext) -> None:
         """Stop holding ``ctx`` (a later attempt of the same job, claimed meanwhile, stays)."""
         with self.lock:
             if self.by_id.get(ctx.id) is ctx:
                 del self.by_id[ctx.id]
+
+    def drop_many(self, contexts: list[JobContext]) -> None:
+        """``drop`` for each of ``contexts``, under one lock."""
+        by_id = self.by_id
+        with self.lock:
+            for ctx in contexts:
+                if by_id.get(ctx.id) is ctx:
+                    del by_id[ctx.id]
 
     def snapshot(self) -> list[tuple[int, int]]:
         """(job id, run_lease) of every held attempt: what the heartbeat keeps alive."""

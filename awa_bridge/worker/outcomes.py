@@ -72,6 +72,10 @@ class Outcome:
     callback_id: str | None = None  # waiting_external: the callback the job parks on
 
 
+#: The outcome of a handler that returned normally (one shared instance: it is immutable).
+COMPLETED = Outcome("completed")
+
+
 def error_record(exc: BaseException | None, attempt: int, message: str | None = None) -> dict[str, Any]:
     """The entry appended to ``errors``: message, type, traceback text, attempt, time."""
     if exc is None:
@@ -95,7 +99,7 @@ def outcome_of_result(result: Any, attempt: int, max_attempts: int) -> Outcome:
         return outcome_of_exception(result, attempt, max_attempts)
     if isinstance(result, WaitForCallback):
         return Outcome("waiting_external", label="waiting", callback_id=result.callback_id)
-    return Outcome("completed")
+    return COMPLETED
 
 
 def outcome_of_exception(exc: BaseException, attempt: int, max_attempts: int) -> Outcome:

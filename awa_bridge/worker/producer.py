@@ -11,7 +11,6 @@ goes to ``dispatch``; the producer knows nothing of how it runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -27,14 +26,21 @@ from .scheduling import TokenBucket, weighted_allowance
 
 log = logging.getLogger("awa_bridge.worker")
 
+# Claims one queue may have in flight at once. While one claim's rows run, the
+# next is already on the server, so a queue with a backlog never waits for a
+# claim's round trip with its slots empty; a second claim starts only into a
+# backlog (the previous claim filled its batch).
+CLAIMS_IN_FLIGHT = 2
+
 
 @dataclass
 class QueueState:
     config: QueueConfig
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # the producer has something to look at
+    wanted: bool = True  # a claim was asked for (start, NOTIFY, poll) and none has started since
     running: int = 0
     backlog: bool = False  # the last claim filled its batch: more may be waiting
-    pending: int = 0  # slots held for a claim in flight (the global limit counts them)
+    pending: int = 0  # slots reserved by claims in flight
     bucket: TokenBucket | None = None
     next_aging: float = 0.0
 
@@ -44,11 +50,17 @@ class QueueState:
 
     @property
     def free(self) -> int:
-        return self.config.max_workers - self.running
+        """Slots neither running a handler nor reserved by a claim in flight."""
+        return self.config.max_workers - self.running - self.pending
 
     @property
     def occupied(self) -> int:
         return self.running + self.pending
+
+    def poke(self) -> None:
+        """Ask for a claim (a NOTIFY named this queue): the next one starts as soon as a slot allows."""
+        self.wanted = True
+        self.wake.set()
 
     @property
     def name(self) -> str:
@@ -87,7 +99,9 @@ class Slots:
     def free(self, state: QueueState) -> None:
         """An attempt's handler has really returned: its slot is free again."""
         state.running -= 1
-        if state.backlog and state.free >= max(1, min(self.claim_batch, state.config.max_workers) // 4):
+        if (state.backlog or state.wanted) and state.free >= max(
+            1, min(self.claim_batch, state.config.max_workers) // 4
+        ):
             state.wake.set()
         if self.global_max is not None:
             # A slot freed under the global limit may be another queue's to take.
@@ -109,7 +123,7 @@ class Producer:
         state: QueueState,
         pool: Any,
         slots: Slots,
-        dispatch: Callable[[QueueState, Any], None],
+        dispatch: Callable[[QueueState, list[Any]], None],
         claimant: tuple[uuid.UUID, str],
     ) -> None:
         self.state = state
@@ -121,6 +135,7 @@ class Producer:
         self.dispatch = dispatch
         self.claiming = True
         self.failures = 0
+        self.claims: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         """Claim no more (the loop ends at its next wake, which this sets)."""
@@ -132,33 +147,37 @@ class Producer:
         while self.claiming:
             state.wake.clear()
             wait = state.config.poll_interval * random.uniform(0.9, 1.1)  # jitter spreads the polls of many workers
-            want = self.slots.allowance(state)
-            if want > 0 and state.bucket is not None:
-                tokens = state.bucket.available()
-                if tokens < 1:
-                    wait = min(wait, state.bucket.seconds_until_token())
-                want = min(want, tokens)
-            if want > 0:
-                rows = await self._claim(want)
-                if rows is None:
-                    continue  # failed; _claim backed off
+            while len(self.claims) < CLAIMS_IN_FLIGHT and (state.wanted or state.backlog):
+                if self.claims and not state.backlog:
+                    break  # a second claim only into a backlog
+                want = self.slots.allowance(state)
+                if want > 0 and state.bucket is not None:
+                    tokens = state.bucket.available()
+                    if tokens < 1:
+                        wait = min(wait, state.bucket.seconds_until_token())
+                    want = min(want, tokens)
+                if want <= 0:
+                    break
+                state.wanted = False
+                state.pending += want
                 if state.bucket is not None:
-                    state.bucket.take(len(rows))
-                state.backlog = len(rows) == want
-                for row in rows:
-                    self.dispatch(state, row)
-                more = state.bucket is None or state.bucket.available()
-                if state.backlog and self.slots.allowance(state) > 0 and more:
-                    continue
+                    state.bucket.take(want)  # reserved now; what the claim did not use is given back
+                self.claims.add(asyncio.create_task(self._claim(want)))
             if not self.claiming:
                 break
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(state.wake.wait(), wait)
+            except TimeoutError:
+                state.wanted = True  # the poll
+        await asyncio.gather(*self.claims, return_exceptions=True)
 
-    async def _claim(self, want: int) -> list[Any] | None:
-        """Claim up to ``want`` jobs (ageing priorities first when due); None after a failure, backed off."""
+    async def _claim(self, want: int) -> None:
+        """Claim up to ``want`` jobs (ageing priorities first when due) and dispatch them; after a failure, back off.
+
+        Runs as a task of its own (up to ``CLAIMS_IN_FLIGHT`` per queue); when it
+        ends it leaves ``claims`` and wakes the loop to look again.
+        """
         state, q = self.state, self.state.config
-        query = QUERIES["claim_jobs"]
         params = {
             "queue": q.name,
             "limit": want,
@@ -166,21 +185,31 @@ class Producer:
             "instance_id": self.instance_id,
             "worker": self.worker,
         }
-        state.pending = want
         try:
-            async with self.pool.acquire() as db:
-                if q.priority_aging and time.monotonic() >= state.next_aging:
-                    await age_priorities(db, q.name, q.priority_aging)
-                    state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
-                rows: list[Any] = await db.fetch(query, params)
-        except Exception as exc:
-            state.pending = 0
-            self.failures += 1
-            delay = min(0.1 * 2**self.failures, 5.0)
-            log.warning("claim on queue %s failed (%s); retrying in %.1f s", q.name, exc, delay)
-            await asyncio.sleep(delay)
-            return None
+            rows: list[Any] | None = None
+            try:
+                async with self.pool.acquire() as db:
+                    if q.priority_aging and time.monotonic() >= state.next_aging:
+                        state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
+                        await age_priorities(db, q.name, q.priority_aging)
+                    rows = await db.fetch(QUERIES["claim_jobs"], params)
+            except Exception as exc:
+                self.failures += 1
+                delay = min(0.1 * 2**self.failures, 5.0)
+                log.warning("claim on queue %s failed (%s); retrying in %.1f s", q.name, exc, delay)
+            finally:
+                state.pending -= want
+                if state.bucket is not None:  # give back the tokens the claim did not use
+                    state.bucket.take(len(rows or ()) - want)
+            if rows is None:
+                state.backlog = False  # no second claim while this one backs off
+                await asyncio.sleep(delay)
+                state.wanted = True
+                return
+            self.failures = 0
+            state.backlog = len(rows) == want
+            if rows:
+                self.dispatch(state, rows)
         finally:
-            state.pending = 0
-        self.failures = 0
-        return rows
+            self.claims.discard(asyncio.current_task())
+            state.wake.set()

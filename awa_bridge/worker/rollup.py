@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,13 +43,19 @@ class Rollup:
         self.counts: defaultdict[tuple[str, datetime], dict[str, int]] = defaultdict(
             lambda: dict.fromkeys(COLUMNS.values(), 0)
         )
+        self._minute = datetime.fromtimestamp(0, UTC)
+        self._minute_ends = 0.0  # time.time() at which _minute is over
 
     def count(self, queue: str, label: str) -> None:
         """One outcome written for a job of ``queue`` (called on the event loop, no I/O)."""
         column = COLUMNS.get(label)
         if column is not None:
-            minute = datetime.now(UTC).replace(second=0, microsecond=0)
-            self.counts[(queue, minute)][column] += 1
+            now = time.time()
+            if now >= self._minute_ends:  # the current minute's key, made once a minute
+                start = now - now % 60
+                self._minute = datetime.fromtimestamp(start, UTC)
+                self._minute_ends = start + 60
+            self.counts[(queue, self._minute)][column] += 1
 
     async def flush(self) -> None:
         """Write what was counted since the last flush in one upsert (kept for the next try on failure)."""

@@ -37,19 +37,21 @@ from typing import Any
 from ..drivers.connect import create_pool
 from ..enqueue import decode_json
 from ..errors import ValidationError
+from ..foreign import WORKER_REFUSAL, check_async
+from ..migrations import require_schema_async
 from ..sql import QUERIES
 from .aio import sleep_unless
 from .attempt import AttemptWrites
 from .completer import Completer
 from .config import QueueConfig, WorkerConfig
 from .context import JobContext
-from .executor import Executor, run_attempt
+from .executor import ClaimDeadline, Executor, run_attempt
 from .heartbeat import HeartbeatThread
 from .held import HeldAttempts
 from .hooks import Hooks
 from .listener import Listener
 from .maintenance import Maintenance
-from .outcomes import Outcome, error_record, log_outcome
+from .outcomes import COMPLETED, Outcome, error_record, log_outcome
 from .pools import HandlerPools
 from .producer import Producer, QueueState, Slots
 from .registry import Registry
@@ -112,10 +114,20 @@ class Runtime:
                     f"{handler.kind!r} is not a module-level function",
                 ) from None
 
-    async def start(self) -> None:
+    async def open(self) -> None:
+        """Open the runtime's pool and check the database on it, before anything else runs.
+
+        A database the real Awa migrated (``ForeignSchema``) or one that lacks
+        a migration (``SchemaNotMigrated``) stops the worker here with one
+        line, on the connection the claims will use (no separate connection
+        for the checks: a worker's start-up is part of every short drain).
+        """
+        if hasattr(self, "pool"):
+            return
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
-        size = max(4, len(self.queues) + 3)
+        # Two claims in flight per queue, the completer, a progress flush or two.
+        size = max(4, 2 * len(self.queues) + 3)
         # keep_session: this pool runs only the runtime's own statements
         # (claims, completions, progress, callbacks, counters): none leaves session
         # state behind, so asyncpg's reset round trip on every release (RESET ALL,
@@ -124,6 +136,17 @@ class Runtime:
         self.pool = await create_pool(
             self.database_url, min_size=2, max_size=size, application_name="awa-worker", keep_session=True
         )
+        try:
+            async with self.pool.acquire() as db:
+                await check_async(db, WORKER_REFUSAL)
+                await require_schema_async(db)
+        except BaseException:
+            await self.pool.close()
+            del self.pool
+            raise
+
+    async def start(self) -> None:
+        await self.open()
         all_slots = sum(q.config.max_workers for q in self.queues.values())
         self.threads = DaemonThreadPool(min(all_slots, 256))
         self.completer = Completer(
@@ -180,6 +203,9 @@ class Runtime:
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let running attempts finish for up to ``timeout``, release the rest."""
         if not self.started:
+            if hasattr(self, "pool"):  # opened, never started
+                await self.pool.close()
+                del self.pool
             return
         timeout = self.config.drain_timeout if timeout is None else timeout
         for producer in self.producers:
@@ -225,29 +251,36 @@ class Runtime:
 
     # -- attempts ------------------------------------------------------------
 
-    def _dispatch(self, state: QueueState, row: Any) -> None:
-        ctx = JobContext(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            args=None,
-            raw_args=decode_json(row["args"]),
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            priority=row["priority"],
-            metadata=decode_json(row["metadata"]),
-            tags=list(row["tags"]),
-            run_lease=row["run_lease"],
-            progress=json.loads(row["progress"]) if row["progress"] else None,
-            deadline_at=row["deadline_at"],
-            _handle=self.handle,
-        )
-        self.held.add(ctx)
-        state.running += 1
-        task = asyncio.create_task(self._execute(state, ctx))
-        ctx._task = task
-        self.attempts.add(task)
-        task.add_done_callback(self.attempts.discard)
+    def _dispatch(self, state: QueueState, rows: list[Any]) -> None:
+        """Start an attempt for each row of one claim."""
+        handle = self.handle
+        queue = state.name
+        contexts = [
+            JobContext(
+                id=row["id"],
+                kind=row["kind"],
+                queue=queue,
+                args=None,
+                raw_args=decode_json(row["args"]),
+                attempt=row["attempt"],
+                max_attempts=row["max_attempts"],
+                priority=row["priority"],
+                metadata=decode_json(row["metadata"]),
+                tags=list(row["tags"]),
+                run_lease=row["run_lease"],
+                progress=json.loads(row["progress"]) if row["progress"] else None,
+                deadline_at=row["deadline_at"],
+                _handle=handle,
+            )
+            for row in rows
+        ]
+        ClaimDeadline(self.loop, contexts)
+        self.held.add_many(contexts)
+        state.running += len(contexts)
+        create_task, attempts = asyncio.create_task, self.attempts
+        for ctx in contexts:
+            ctx._task = task = create_task(self._execute(state, ctx))
+            attempts.add(task)
 
     async def _execute(self, state: QueueState, ctx: JobContext) -> None:
         try:
@@ -264,6 +297,8 @@ class Runtime:
             else:
                 outcome = Outcome("retryable", delay=1.0, error=error, label="retried")
         finally:
+            self.attempts.discard(ctx._task)
+            ctx._claim.ended()
             lingering = ctx._lingering
             if lingering is not None and not lingering.done():
                 lingering.add_done_callback(lambda _: self.slots.free(state))
@@ -274,22 +309,25 @@ class Runtime:
 
     # -- callbacks from the services -------------------------------------------
 
-    def finished(self, ctx: JobContext, outcome: Outcome, applied: bool) -> None:
-        """An outcome was written (``applied``) or found superseded."""
-        self.held.drop(ctx)
-        if not applied:
-            log.warning(
-                "job %s: the %s write for attempt %s (run_lease %s) changed nothing: "
-                "the attempt was superseded (rescued, cancelled or released)",
-                ctx.id,
-                outcome.label,
-                ctx.attempt,
-                ctx.run_lease,
-            )
-            return
-        self.rollup.count(ctx.queue, outcome.label)
-        log_outcome(log, ctx, outcome)
-        self.hooks.fire(outcome.label, ctx)
+    def finished(self, results: list[tuple[JobContext, Outcome, bool]]) -> None:
+        """Outcomes written (``applied``) or found superseded: stop holding them, count, log, fire hooks."""
+        self.held.drop_many([ctx for ctx, _, _ in results])
+        count, fire = self.rollup.count, self.hooks.fire
+        for ctx, outcome, applied in results:
+            if not applied:
+                log.warning(
+                    "job %s: the %s write for attempt %s (run_lease %s) changed nothing: "
+                    "the attempt was superseded (rescued, cancelled or released)",
+                    ctx.id,
+                    outcome.label,
+                    ctx.attempt,
+                    ctx.run_lease,
+                )
+                continue
+            count(ctx.queue, outcome.label)
+            if outcome is not COMPLETED:  # a plain completion is not logged
+                log_outcome(log, ctx, outcome)
+            fire(outcome.label, ctx)
 
     def abandon(self, ctx: JobContext) -> None:
         """Stop holding an attempt whose outcome cannot be written (the leader will rescue it)."""
@@ -306,7 +344,7 @@ class Runtime:
     def _notified(self, queue: str) -> None:
         state = self.queues.get(queue)
         if state is not None:
-            state.wake.set()
+            state.poke()
 
     def _rescued_elsewhere(self, rows: list[Any]) -> None:
         """From the maintenance thread: fire the ``rescued`` hooks on the worker's loop."""

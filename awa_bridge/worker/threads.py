@@ -19,15 +19,29 @@ _STOP = object()
 
 
 class DaemonThreadPool:
+    """Up to ``size`` threads, started as sync handlers need them (a worker of async handlers starts none)."""
+
     def __init__(self, size: int, name: str = "awa-sync") -> None:
+        self._size = size
+        self._name = name
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for work that no submitted task has been promised
+        self._queued = 0  # tasks submitted while every thread was busy and no more could start
 
     def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run ``fn(*args)`` on a pool thread; the result arrives on ``loop``."""
         future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self._size:
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._queued += 1
         self._tasks.put((loop, future, fn, args))
         return future
 
@@ -43,10 +57,17 @@ class DaemonThreadPool:
                 call_from_thread(loop, _settle, future, None, exc)
             else:
                 call_from_thread(loop, _settle, future, result, None)
+            with self._lock:
+                if self._queued:
+                    self._queued -= 1  # this thread takes a task that waits for one
+                else:
+                    self._idle += 1
 
     def shutdown(self) -> None:
         """Ask idle threads to stop; busy ones finish their job or die with the process."""
-        for _ in self._threads:
+        with self._lock:
+            started = len(self._threads)
+        for _ in range(started):
             self._tasks.put(_STOP)
 
 

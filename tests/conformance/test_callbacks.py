@@ -34,7 +34,7 @@ def park(url: str) -> tuple[int, str]:
     with psycopg.connect(url, autocommit=True) as conn:
         lease = conn.execute(
             QUERIES["claim_jobs"].pyformat, {"queue": "cb", "limit": 1, "deadline_seconds": 60.0, **CLAIMER}
-        ).fetchone()[7]
+        ).fetchone()[6]  # run_lease
         params = {"callback_id": callback_id, "timeout_seconds": 3600.0, "id": job_id, "lease": lease}
         assert conn.execute(QUERIES["register_callback"].pyformat, params).fetchone() == (job_id,)
         park = {"id": job_id, "lease": lease, "state": "waiting_external", "run_at": None, "refund": 0}

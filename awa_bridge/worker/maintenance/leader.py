@@ -113,6 +113,20 @@ class Maintenance(threading.Thread):
     async def _connect(self) -> Asyncpg:
         return await connect_async(self.database_url, application_name="awa-maintenance")
 
+    async def _connect_uncancelled(self) -> Asyncpg:
+        """Connect; cancelled meanwhile (the worker stops), let the handshake finish and close it.
+
+        Cancelling asyncpg in the middle of its handshake leaves a future failed
+        with ``unexpected connection_lost()`` that nothing awaits (logged at exit).
+        """
+        attempt = asyncio.ensure_future(self._connect())
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                (await attempt).terminate()
+            raise
+
     async def _acquire(self, db: Asyncpg, force: bool) -> Any:
         params = {"holder": self.instance_id, "ttl_seconds": float(self.config.leader_lease), "force": force}
         return await db.fetch_one(QUERIES["acquire_maintenance_lease"], params)
@@ -178,7 +192,7 @@ class Maintenance(threading.Thread):
             while True:
                 try:
                     if db is None or db.is_closed():
-                        db = await self._connect()
+                        db = await self._connect_uncancelled()
                         fresh_since = time.monotonic()
                     started = time.monotonic()
                     await self._tick(db, services, term, fresh_at=fresh_since + staleness)
