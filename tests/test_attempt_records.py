@@ -114,12 +114,12 @@ def test_a_claim_row_is_pruned_once_no_retained_job_needs_it(db_url: str) -> Non
     claim(db_url, B)  # moved_on's attempt 2, on a claim row of its own
     assert count(db_url, "SELECT count(*) FROM awa.job_claims") == 2
     prune = {"retention_seconds": 0.0, "limit": 1000}
-    assert run(db_url, "prune_job_claims", **prune) == []  # done (retained) still names A; B runs moved_on
+    assert run(db_url, "prune_job_claims", **prune) == [{"deleted": 0}]  # done (retained) still names A; B runs moved_on
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DELETE FROM awa.jobs WHERE id = %s", (done,))  # as retention does
-    assert len(run(db_url, "prune_job_claims", **prune)) == 1
+    assert run(db_url, "prune_job_claims", **prune) == [{"deleted": 1}]
     assert attempts(db_url, moved_on) == [(1, "host-a/1", False, False), (2, "host-b/2", False, False)]
-    assert run(db_url, "prune_job_claims", **{**prune, "retention_seconds": 3600.0}) == []  # too young to look at
+    assert run(db_url, "prune_job_claims", **{**prune, "retention_seconds": 3600.0}) == [{"deleted": 0}]  # too young
 
 
 @pytest.mark.parametrize("jobs", [300])

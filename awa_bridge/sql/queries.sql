@@ -316,7 +316,8 @@ SET completed = r.completed + EXCLUDED.completed, failed = r.failed + EXCLUDED.f
 -- name: prune_queue_rollups
 -- Rollups past the longest chart window (a day) plus a margin; the leader's
 -- retention tick (queue_rollups_minute_idx).
-DELETE FROM awa.queue_rollups WHERE minute < now() - interval '2 days' RETURNING minute
+WITH deleted AS (DELETE FROM awa.queue_rollups WHERE minute < now() - interval '2 days' RETURNING 1)
+SELECT count(*) AS deleted FROM deleted
 
 -- name: try_leader_lock
 -- Held by the leader's lease connection: the server drops it with the session,
@@ -353,13 +354,14 @@ RETURNING epoch
 -- name: prune_runtime_instances
 -- Registry rows of processes that stopped refreshing them (died without a
 -- clean shutdown), older than the heartbeat staleness window.
-DELETE FROM awa.runtime_instances
-WHERE instance_id IN (
-    SELECT instance_id FROM awa.runtime_instances
+WITH doomed AS (
+    SELECT ctid FROM awa.runtime_instances
     WHERE heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
     LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM awa.runtime_instances WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-RETURNING instance_id
+SELECT count(*) AS deleted FROM deleted
 
 -- name: promote_due
 -- A due job whose unique key another live job took meanwhile is cancelled as
@@ -466,29 +468,41 @@ SELECT id, kind, queue, state, attempt, reason FROM rescued
 -- name: delete_finished
 -- Retention: delete a bounded batch of finished jobs older than their state's
 -- window (their results, ordering keys and attempt records go with them, by
--- the statement trigger jobs_delete_job_rows, v010).
-DELETE FROM awa.jobs
-WHERE id IN (
-    SELECT id FROM awa.jobs
-    WHERE (state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s))
-       OR (state IN ('failed', 'cancelled')
-           AND finalized_at < now() - make_interval(secs => %(failed_seconds)s))
+-- the statement trigger jobs_delete_job_rows, v010). Each state's expired
+-- jobs are a range of jobs_finalized_idx (state, finalized_at), oldest first.
+-- The batch is deleted by row address (a TID scan): deleting by id IN (the
+-- batch) was planned as a hash join over a sequential scan of the whole table,
+-- once per batch. A row changed since the batch was read (an operator retried
+-- it) has a new address and is not deleted.
+WITH doomed AS (
+    (SELECT ctid FROM awa.jobs
+     WHERE state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s)
+     ORDER BY finalized_at
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT ctid FROM awa.jobs
+     WHERE state IN ('failed', 'cancelled') AND finalized_at < now() - make_interval(secs => %(failed_seconds)s)
+     LIMIT %(limit)s)
     LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM awa.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-RETURNING id
+SELECT count(*) AS deleted FROM deleted
 
 -- name: prune_job_actions
 -- History retention (WorkerConfig.history_retention): operator actions older
 -- than it, oldest first, whatever became of their job; the record of a
--- deletion is kept as long as any other (job_actions_at_idx).
-DELETE FROM awa.job_actions
-WHERE id IN (
-    SELECT id FROM awa.job_actions
+-- deletion is kept as long as any other (job_actions_at_idx). By row address,
+-- as delete_finished.
+WITH doomed AS (
+    SELECT ctid FROM awa.job_actions
     WHERE at < now() - make_interval(secs => %(retention_seconds)s)
     ORDER BY at
     LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM awa.job_actions WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-RETURNING id
+SELECT count(*) AS deleted FROM deleted
 
 -- name: prune_job_claims
 -- Claim records (awa.job_claims) no job needs any more, oldest first: those
@@ -496,9 +510,8 @@ RETURNING id
 -- its latest attempt (attempted_at = claimed_at) without a row of its own in
 -- awa.job_attempts. Typically every job of a claim completed and was deleted
 -- by retention; a job still running or retained keeps its claim.
-DELETE FROM awa.job_claims
-WHERE id IN (
-    SELECT c.id FROM awa.job_claims AS c
+WITH doomed AS (
+    SELECT c.ctid FROM awa.job_claims AS c
     WHERE c.claimed_at < now() - make_interval(secs => %(retention_seconds)s)
       AND NOT EXISTS (
           SELECT 1 FROM awa.jobs AS j
@@ -507,21 +520,24 @@ WHERE id IN (
       )
     ORDER BY c.claimed_at
     LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM awa.job_claims WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-RETURNING id
+SELECT count(*) AS deleted FROM deleted
 
 -- name: prune_job_attempts
 -- History retention for attempt records (job_attempts_started_idx): those of
 -- jobs an operator deleted, or of jobs still alive after that long (a
 -- finished job's go with it, in delete_finished).
-DELETE FROM awa.job_attempts
-WHERE (job_id, run_lease) IN (
-    SELECT job_id, run_lease FROM awa.job_attempts
+WITH doomed AS (
+    SELECT ctid FROM awa.job_attempts
     WHERE started_at < now() - make_interval(secs => %(retention_seconds)s)
     ORDER BY started_at
     LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM awa.job_attempts WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-RETURNING job_id
+SELECT count(*) AS deleted FROM deleted
 
 -- ---------------------------------------------------------------------------
 -- Queues and inspection.

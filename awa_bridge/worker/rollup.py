@@ -87,4 +87,5 @@ class Rollup:
 
 async def prune_rollups(conn: Any) -> int:
     """Delete rollups older than ``RETENTION`` on an asyncpg connection; returns how many."""
-    return len(await as_asyncpg(conn).fetch(QUERIES["prune_queue_rollups"]))
+    row = await as_asyncpg(conn).fetch_one(QUERIES["prune_queue_rollups"])
+    return int(row["deleted"]) if row is not None else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...drivers.asyncpg import as_asyncpg
+from ...drivers.asyncpg import Asyncpg, as_asyncpg
 from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH
 
@@ -18,19 +18,25 @@ async def delete_finished(
         "failed_seconds": float(failed_retention),
         "limit": limit,
     }
-    return len(await as_asyncpg(conn).fetch(QUERIES["delete_finished"], params))
+    return await _deleted(as_asyncpg(conn), "delete_finished", params)
 
 
 async def prune_claims(conn: Any, completed_retention: float, limit: int = MAINTENANCE_BATCH) -> int:
     """One batch of claim records (``awa.job_claims``) that no retained job still needs."""
     params = {"retention_seconds": float(completed_retention), "limit": limit}
-    return len(await as_asyncpg(conn).fetch(QUERIES["prune_job_claims"], params))
+    return await _deleted(as_asyncpg(conn), "prune_job_claims", params)
 
 
 async def prune_history(conn: Any, retention: float, limit: int = MAINTENANCE_BATCH) -> tuple[int, int]:
     """One batch of operator actions and one of attempt records older than ``retention``: how many of each."""
     params = {"retention_seconds": float(retention), "limit": limit}
     db = as_asyncpg(conn)
-    actions = len(await db.fetch(QUERIES["prune_job_actions"], params))
-    attempts = len(await db.fetch(QUERIES["prune_job_attempts"], params))
+    actions = await _deleted(db, "prune_job_actions", params)
+    attempts = await _deleted(db, "prune_job_attempts", params)
     return actions, attempts
+
+
+async def _deleted(db: Asyncpg, query: str, params: dict[str, Any] | None = None) -> int:
+    """Run one of the retention statements; how many rows it deleted (each returns ``deleted``)."""
+    row = await db.fetch_one(QUERIES[query], params)
+    return int(row["deleted"]) if row is not None else 0

@@ -194,7 +194,8 @@ class PruneInstances(Service):
 
     async def run_batch(self, db: Asyncpg) -> int:
         params = {"staleness_seconds": float(self.staleness), "limit": self.batch}
-        return len(await db.fetch(QUERIES["prune_runtime_instances"], params))
+        row = await db.fetch_one(QUERIES["prune_runtime_instances"], params)
+        return int(row["deleted"]) if row is not None else 0
 
 
 class PruneRollups(Service):

@@ -1,0 +1,128 @@
+"""The leader's batch statements stay O(batch) on a big table: how PostgreSQL plans them.
+
+A retention batch used to be ``DELETE ... WHERE id IN (SELECT id ... LIMIT n)``,
+which the planner turned into a hash join over a sequential scan of the whole
+table: every batch of 10,000 read every row, and cleanup fell behind any
+worker that finished jobs faster than it could scan. These tests fill a table
+the way a busy system looks (finished jobs in and out of retention, a few
+failed ones inside their longer window, running jobs), let ANALYZE see it, and
+read the real plans of the statements the leader runs: each batch must come
+from an index range and be deleted by row address, never by a scan of the
+table. They also check what each statement does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from awa_bridge.sql import QUERIES
+from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory
+
+from .test_contract import _index_names, _node_types
+
+pytestmark = pytest.mark.slow
+
+OLD, FRESH, FAILED, RUNNING = 30_000, 30_000, 3_000, 200
+DAY = 86_400.0
+
+
+@pytest.fixture
+def busy(db_url: str) -> str:
+    """Completed jobs past the completed retention (a day) and inside it; failed ones inside the
+    failed retention (three days) but past the completed one; running ones, half past their deadline."""
+    fill = (
+        "INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, attempted_at, finalized_at,"
+        " heartbeat_at, deadline_at)"
+        " SELECT 'k' || (g %% 7), 'q' || (g %% 3), '{}', CAST(%s AS awa.job_state), 1, 1, now(),"
+        " now() - make_interval(secs => %s + g %% 600), %s, %s FROM generate_series(1, %s) AS g"
+    )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(fill, ("completed", 2 * DAY, None, None, OLD))
+        conn.execute(fill, ("completed", 60.0, None, None, FRESH))
+        conn.execute(fill, ("failed", 1.5 * DAY, None, None, FAILED))
+        conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at)"
+            " SELECT 'k', 'q0', 'running', 1, 1, now(), now(),"
+            " now() + CASE WHEN g %% 2 = 0 THEN interval '-1 minute' ELSE interval '5 minutes' END"
+            " FROM generate_series(1, %s) AS g",
+            (RUNNING,),
+        )
+        # History: operator actions, attempt records and claim records, half of them past a day.
+        at = "now() - make_interval(secs => CASE WHEN g %% 2 = 0 THEN 2 * 86400 ELSE 60 END)"
+        conn.execute(
+            "INSERT INTO awa.job_actions (job_id, action, operator, prior_state, at)"
+            f" SELECT g, 'retry', 'op', 'failed', {at} FROM generate_series(1, %s) AS g",
+            (OLD,),
+        )
+        conn.execute(
+            "INSERT INTO awa.job_attempts (job_id, run_lease, attempt, instance_id, worker, started_at)"
+            f" SELECT g, 1, 1, gen_random_uuid(), 'h/1', {at} FROM generate_series(1, %s) AS g",
+            (OLD,),
+        )
+        conn.execute(
+            "INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)"
+            f" SELECT {at}, gen_random_uuid(), 'h/1', ARRAY[-g] FROM generate_series(1, %s) AS g",
+            (OLD,),
+        )
+        conn.execute("ANALYZE awa.jobs, awa.job_actions, awa.job_attempts, awa.job_claims")
+    return db_url
+
+
+def plan_of(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
+    (raw,) = conn.execute("EXPLAIN (FORMAT JSON) " + QUERIES[name].pyformat, params).fetchone()
+    return dict((raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"])
+
+
+def seq_scanned(plan: dict[str, Any]) -> list[str]:
+    found = [plan.get("Relation Name", "?")] if plan["Node Type"] == "Seq Scan" else []
+    for child in plan.get("Plans", []):
+        found += seq_scanned(child)
+    return found
+
+
+def test_retention_deletes_an_index_range_by_row_address(busy: str) -> None:
+    assert Cleanup.batch == OLD // 3
+    params = {"completed_seconds": DAY, "failed_seconds": 3 * DAY, "limit": Cleanup.batch}
+    with psycopg.connect(busy, autocommit=True) as conn:
+        plan = plan_of(conn, "delete_finished", params)
+        assert "jobs" not in seq_scanned(plan), plan
+        assert "jobs_finalized_idx" in _index_names(plan), plan
+        assert "Tid Scan" in _node_types(plan), plan
+        deleted = [conn.execute(QUERIES["delete_finished"].pyformat, params).fetchone()[0] for _ in range(4)]
+        assert deleted == [10_000, 10_000, 10_000, 0]  # then a short batch ends the pass
+        left = dict(conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall())
+    assert left == {"completed": FRESH, "failed": FAILED, "running": RUNNING}
+
+
+def test_deadline_rescue_reads_the_running_jobs_not_the_table(busy: str) -> None:
+    """No index on deadline_at (v011): the running jobs come from jobs_heartbeat_idx."""
+    with psycopg.connect(busy) as conn:
+        plan = plan_of(conn, "rescue_expired_deadlines", {"limit": 1000})
+        assert "jobs" not in seq_scanned(plan), plan
+        assert "jobs_heartbeat_idx" in _index_names(plan), plan
+        rescued = conn.execute(QUERIES["rescue_expired_deadlines"].pyformat, {"limit": 1000}).fetchall()
+        assert len(rescued) == RUNNING // 2
+        conn.rollback()
+
+
+@pytest.mark.parametrize(
+    ("name", "batch"),
+    [
+        ("prune_job_actions", PruneHistory.batch),
+        ("prune_job_attempts", PruneHistory.batch),
+        ("prune_job_claims", PruneClaims.batch),
+    ],
+)
+def test_history_pruning_is_by_row_address(busy: str, name: str, batch: int) -> None:
+    """Each with the batch size its leader service uses."""
+    params = {"retention_seconds": DAY, "limit": batch}
+    with psycopg.connect(busy) as conn:
+        plan = plan_of(conn, name, params)
+        assert "Tid Scan" in _node_types(plan), plan
+        assert seq_scanned(plan) == [], plan
+        assert conn.execute(QUERIES[name].pyformat, params).fetchone()[0] == batch
+        conn.rollback()
