@@ -487,7 +487,7 @@ async def child_main(system: str, url: str, concurrency: int) -> None:
     if system == "awa_bridge":
         # The drivers the worker uses, imported before GO as the peers' branches import theirs
         # (awa_bridge imports them lazily, at the worker's start).
-        import asyncpg  # noqa: F401
+        import asyncpg
         import psycopg  # noqa: F401
 
         from awa_bridge.worker.client import Client

@@ -114,7 +114,8 @@ def test_a_claim_row_is_pruned_once_no_retained_job_needs_it(db_url: str) -> Non
     claim(db_url, B)  # moved_on's attempt 2, on a claim row of its own
     assert count(db_url, "SELECT count(*) FROM awa.job_claims") == 2
     prune = {"retention_seconds": 0.0, "limit": 1000}
-    assert run(db_url, "prune_job_claims", **prune) == [{"deleted": 0}]  # done (retained) still names A; B runs moved_on
+    # done (retained) still names A; B runs moved_on
+    assert run(db_url, "prune_job_claims", **prune) == [{"deleted": 0}]
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DELETE FROM awa.jobs WHERE id = %s", (done,))  # as retention does
     assert run(db_url, "prune_job_claims", **prune) == [{"deleted": 1}]
