@@ -65,7 +65,13 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
 
 
 async def create_pool(
-    url: str, *, min_size: int, max_size: int, application_name: str | None = None, keep_session: bool = False
+    url: str,
+    *,
+    min_size: int,
+    max_size: int,
+    application_name: str | None = None,
+    keep_session: bool = False,
+    generic_plans: bool = False,
 ) -> AsyncpgPool:
     """An asyncpg pool; ``keep_session=True`` skips asyncpg's reset on release.
 
@@ -73,14 +79,28 @@ async def create_pool(
     LISTEN, advisory locks, cursors or settings): asyncpg still rolls back a
     transaction left open, and skipping its default reset (RESET ALL, UNLISTEN
     *, ...) saves a round trip on every release.
+
+    ``generic_plans=True`` sets ``plan_cache_mode = force_generic_plan`` on its
+    connections: each prepared statement is planned once, not at every
+    execution. Only for pools that run this package's own statements, each
+    written so that its generic plan is as good as a custom one
+    (tests/test_worker_plans.py reads them). PostgreSQL would otherwise re-plan
+    the claim at every execution (its ``LIMIT`` is a parameter, which a
+    generic plan costs as a tenth of the table): about a tenth of the server's
+    work per job in a drain.
     """
     import asyncpg
 
     from .asyncpg import AsyncpgPool
 
     options: dict[str, Any] = {"min_size": min_size, "max_size": max_size}
+    settings: dict[str, str] = {}
     if application_name:
-        options["server_settings"] = {"application_name": application_name}
+        settings["application_name"] = application_name
+    if generic_plans:
+        settings["plan_cache_mode"] = "force_generic_plan"
+    if settings:
+        options["server_settings"] = settings
     if keep_session:
         options["reset"] = _keep_session
     return AsyncpgPool(await asyncpg.create_pool(url, **options))

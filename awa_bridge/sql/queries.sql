@@ -98,7 +98,11 @@ DROP SCHEMA IF EXISTS awa CASCADE
 
 -- name: claim_jobs
 -- Candidates are picked in a CTE (an optimisation fence, so LIMIT holds under
--- concurrency) with SKIP LOCKED; the UPDATE re-checks state = 'available'.
+-- concurrency) with SKIP LOCKED; the UPDATE re-checks state = 'available'. It
+-- takes them as an array of ids (primary-key probes): the worker's pool runs
+-- generic plans (drivers.connect.create_pool), and joined to the CTE, whose
+-- size a generic plan guesses as a tenth of the table, the UPDATE was planned
+-- as a merge join over the whole primary key.
 -- A paused queue claims nothing. Each claim starts a new attempt with a
 -- fresh run_lease (the fencing token) and its own deadline. It also drops any
 -- callback an earlier attempt registered: while a job runs, its callback_id
@@ -129,8 +133,7 @@ WITH candidates AS (
         deadline_at = now() + make_interval(secs => %(deadline_seconds)s),
         callback_id = NULL,
         callback_timeout_at = NULL
-    FROM candidates
-    WHERE j.id = candidates.id AND j.state = 'available'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state = 'available'
     RETURNING j.id, j.kind, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
               j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress, j.deadline_at
 ), recorded AS (
@@ -154,12 +157,21 @@ FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, le
 WHERE j.id = d.id AND j.run_lease = d.lease AND j.state::text = 'running'
 RETURNING j.id
 
+-- fragment: attempt_fence
+-- The row of one attempt a worker holds: the job, under its run_lease, still
+-- running. state::text rather than state: compared as the enum, the planner
+-- may read the job through jobs_heartbeat_idx (a partial index of running
+-- jobs) instead of its primary key when its statistics say few jobs run, as
+-- they do in a generic plan; under load that index holds every running job and
+-- the dead entries of just-finished ones, and each write would scan them all.
+id = %(id)s AND run_lease = %(lease)s AND state::text = 'running'
+
 -- name: complete_job_with_progress
 UPDATE awa.jobs
 SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
     progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
     metadata = metadata || CAST(%(metadata)s AS jsonb)
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+WHERE /* include: attempt_fence */
 RETURNING id
 
 -- fragment: attempt_claimant
@@ -193,7 +205,7 @@ WITH finished AS (
         metadata = metadata || CAST(%(metadata)s AS jsonb),
         heartbeat_at = NULL,
         deadline_at = NULL
-    WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+    WHERE /* include: attempt_fence */
     RETURNING id, run_lease, run_at, attempted_at, attempt + CAST(%(refund)s AS smallint) AS attempt
 ), recorded AS (
     INSERT INTO awa.job_attempts AS a
@@ -275,7 +287,7 @@ WHERE j.state = 'running'
 UPDATE awa.jobs
 SET progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
     metadata = metadata || CAST(%(metadata)s AS jsonb)
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+WHERE /* include: attempt_fence */
 RETURNING id
 
 -- name: release_jobs
@@ -286,7 +298,7 @@ WITH released AS (
     SET state = 'available', run_at = now(), attempt = j.attempt - 1,
         heartbeat_at = NULL, deadline_at = NULL
     FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(leases)s AS bigint[])) AS d(id, lease)
-    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state = 'running'
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state::text = 'running'  -- as complete_jobs
     RETURNING j.id, j.run_lease, j.attempt + 1 AS attempt, j.attempted_at
 ), recorded AS (
     INSERT INTO awa.job_attempts AS a (job_id, run_lease, attempt, instance_id, worker, started_at, released_at)
@@ -1357,7 +1369,7 @@ LIMIT %(limit)s
 UPDATE awa.jobs
 SET callback_id = CAST(%(callback_id)s AS uuid),
     callback_timeout_at = now() + make_interval(secs => %(timeout_seconds)s)
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+WHERE /* include: attempt_fence */
 RETURNING id
 
 -- name: complete_external
@@ -1497,7 +1509,7 @@ WITH done AS (
     SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL,
         progress = COALESCE(CAST(%(progress)s AS jsonb), progress),
         metadata = metadata || CAST(%(metadata)s AS jsonb)
-    WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+    WHERE /* include: attempt_fence */
     RETURNING id
 ), stored AS (
     INSERT INTO awa.job_results (job_id, result)
@@ -1524,7 +1536,7 @@ WHERE j.id = %(id)s
 -- name: raise_max_attempts
 UPDATE awa.jobs
 SET max_attempts = GREATEST(max_attempts, CAST(%(max_attempts)s AS smallint))
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
+WHERE /* include: attempt_fence */
 RETURNING max_attempts
 
 -- name: forget_job_result

@@ -134,7 +134,12 @@ class Runtime:
         # UNLISTEN *, ...) would only cost a round trip per claim and per
         # completion batch. An open transaction is still rolled back on release.
         self.pool = await create_pool(
-            self.database_url, min_size=2, max_size=size, application_name="awa-worker", keep_session=True
+            self.database_url,
+            min_size=2,
+            max_size=size,
+            application_name="awa-worker",
+            keep_session=True,
+            generic_plans=True,  # every statement it runs is ours, planned once (see create_pool)
         )
         try:
             async with self.pool.acquire() as db:

@@ -1,0 +1,136 @@
+"""The worker's pool runs generic plans: each of its statements must have a good one.
+
+The runtime's pool sets ``plan_cache_mode = force_generic_plan``
+(``drivers.connect.create_pool(generic_plans=True)``): its statements are
+planned once per connection instead of at every execution. A generic plan
+does not know the parameters' values, so a statement written carelessly (a
+``LIMIT`` parameter, a join on a CTE of unknown size) can get a plan that scans
+the whole table where the custom plan would read a few rows. This reads the
+generic plan of every statement that pool runs, on a table of 200,000 jobs
+the planner has statistics for, and refuses any that reads ``awa.jobs`` other
+than through an index condition or row addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from awa_bridge.sql import QUERIES
+
+pytestmark = pytest.mark.slow
+
+NOW = datetime.now(UTC)
+LEASE = {"id": 1, "lease": 1}
+PROGRESS = {"progress": None, "metadata": "{}"}
+
+# Every statement the runtime's pool runs, with parameters of the kind the worker passes.
+WORKER_POOL_STATEMENTS: dict[str, dict[str, Any]] = {
+    "claim_jobs": {
+        "queue": "q",
+        "limit": 100,
+        "deadline_seconds": 300.0,
+        "instance_id": uuid.uuid4(),
+        "worker": "host/1",
+    },
+    "age_priorities": {"queue": "q", "aging_seconds": 60.0, "limit": 1000},
+    "complete_jobs": {"ids": [1, 2, 3], "leases": [1, 1, 1]},
+    "complete_job_with_progress": {**LEASE, **PROGRESS},
+    "complete_job_with_result": {**LEASE, **PROGRESS, "result": "{}"},
+    "finish_attempt": {
+        **LEASE,
+        **PROGRESS,
+        "state": "retryable",
+        "run_at": NOW,
+        "refund": 0,
+        "error": '{"error": "e"}',
+    },
+    "read_attempts": {"ids": [1, 2, 3]},
+    "flush_progress": {**LEASE, **PROGRESS},
+    "register_callback": {**LEASE, "callback_id": str(uuid.uuid4()), "timeout_seconds": 60.0},
+    "raise_max_attempts": {**LEASE, "max_attempts": 30},
+    "upsert_queue_rollups": {
+        "queues": ["q"],
+        "minutes": [NOW],
+        "completed": [1],
+        "failed": [0],
+        "retried": [0],
+        "cancelled": [0],
+    },
+    "release_jobs": {"ids": [1, 2, 3], "leases": [1, 1, 1]},
+    # The start-up checks (Runtime.open), on the same pool (awa_schema_version_rows too, on a database
+    # awa-pg migrated only: ours has no awa.schema_version to plan it against).
+    "awa_pg_schema": {},
+    "relation_exists": {"name": "awa.bridge_migrations"},
+    "applied_migrations": {},
+}
+
+# The modules whose statements run on the runtime's pool, and what they hold that runs elsewhere.
+POOL_MODULES = ("runtime", "producer", "completer", "attempt", "rollup", "maintenance/aging")
+ELSEWHERE = {"prune_queue_rollups"}  # rollup.py's retention: the leader's own connection
+
+
+def test_the_list_holds_every_statement_of_the_pool() -> None:
+    worker = Path(__file__).resolve().parent.parent / "awa_bridge" / "worker"
+    used = set()
+    for module in POOL_MODULES:
+        used |= set(re.findall(r'QUERIES\["(\w+)"\]', (worker / f"{module}.py").read_text(encoding="utf-8")))
+    assert used - set(WORKER_POOL_STATEMENTS) - ELSEWHERE == set()
+
+
+@pytest.fixture(scope="module")
+def big(migrated_url: str) -> str:
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE awa.jobs")
+        conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, args, state, priority, attempt, run_lease, finalized_at)"
+            " SELECT 'k' || (g % 5), 'q' || (g % 3), '{}',"
+            " CAST(CASE WHEN g % 2 = 0 THEN 'available' ELSE 'completed' END AS awa.job_state),"
+            " 1 + g % 4, 1, 1, CASE WHEN g % 2 = 0 THEN NULL ELSE now() END"
+            " FROM generate_series(1, 200000) AS g"
+        )
+        conn.execute("ANALYZE awa.jobs")
+    yield migrated_url
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE awa.jobs")
+
+
+def generic_plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
+    query = QUERIES[name]
+    conn.execute("DEALLOCATE ALL")
+    conn.execute(f"PREPARE stmt AS {query.numeric}")  # trusted text: our own statements
+    args = sql.SQL(", ").join(sql.Literal(value) for value in query.positional(params))
+    execute = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE stmt") + (sql.SQL("({})").format(args) if params else sql.SQL(""))
+    (raw,) = conn.execute(execute).fetchone()
+    return dict((raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"])
+
+
+def scans_of_jobs(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan] if plan.get("Relation Name") == "jobs" and plan["Node Type"] != "ModifyTable" else []
+    for child in plan.get("Plans", []):
+        found += scans_of_jobs(child)
+    return found
+
+
+def reads_a_few_rows(scan: dict[str, Any]) -> bool:
+    if scan["Node Type"] in ("Index Scan", "Index Only Scan"):
+        return "Index Cond" in scan
+    return scan["Node Type"] in ("Bitmap Heap Scan", "Tid Scan")
+
+
+@pytest.mark.parametrize("name", sorted(WORKER_POOL_STATEMENTS))
+def test_generic_plan_reads_jobs_through_an_index(big: str, name: str) -> None:
+    with psycopg.connect(big) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        plan = generic_plan(conn, name, WORKER_POOL_STATEMENTS[name])
+        conn.rollback()
+    bad = [scan["Node Type"] for scan in scans_of_jobs(plan) if not reads_a_few_rows(scan)]
+    assert bad == [], json.dumps(plan, indent=1)
