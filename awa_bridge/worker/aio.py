@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger("awa_bridge.worker")
@@ -31,3 +33,24 @@ def call_from_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *a
         if not loop.is_closed():
             raise
         log.info("a handler thread finished after its worker stopped; its report is dropped")
+
+
+TaskStarter = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+def task_starter(loop: asyncio.AbstractEventLoop) -> TaskStarter:
+    """How the runtime starts one task per attempt, as cheaply as the loop allows.
+
+    ``asyncio.Task(coro, loop=loop)`` rather than ``asyncio.create_task``
+    (two Python calls less per job). On Python 3.12+ the task starts eagerly:
+    a handler that finishes without waiting for anything (a fast job) runs to
+    its end at once, inside the call, and is never scheduled on the loop; one
+    that waits continues as an ordinary task. Either way it runs as its own
+    task (``asyncio.current_task()`` is the attempt's). A loop with a task
+    factory of its own (uvloop, a user's) gets its tasks from it.
+    """
+    if loop.get_task_factory() is not None:
+        return loop.create_task
+    if sys.version_info >= (3, 12):
+        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
+    return functools.partial(asyncio.Task, loop=loop)

@@ -91,7 +91,10 @@ class Slots:
         the completer is congested."""
         if self.congested():
             return 0
-        allowed = min(state.free, self.claim_batch)
+        # A claim takes at most its share of the queue's slots, so that a second one can be in flight
+        # while the first one's jobs run (with 200 slots and claims of 200, one claim waits for the other).
+        share = -(-state.config.max_workers // CLAIMS_IN_FLIGHT)
+        allowed = min(state.free, self.claim_batch, share)
         if self.global_max is not None:
             allowed = min(allowed, weighted_allowance(state, self.queues, self.global_max))
         return allowed

@@ -40,7 +40,7 @@ from ..errors import ValidationError
 from ..foreign import WORKER_REFUSAL, check_async
 from ..migrations import require_schema_async
 from ..sql import QUERIES
-from .aio import sleep_unless
+from .aio import sleep_unless, task_starter
 from .attempt import AttemptWrites
 from .completer import Completer
 from .config import QueueConfig, WorkerConfig
@@ -126,7 +126,8 @@ class Runtime:
             return
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
-        # Two claims in flight per queue, the completer, a progress flush or two.
+        # Two claims in flight per queue, the completer, a progress flush or two: all opened at
+        # start (concurrently), not one by one in the middle of the first backlog.
         size = max(4, 2 * len(self.queues) + 3)
         # keep_session: this pool runs only the runtime's own statements
         # (claims, completions, progress, callbacks, counters): none leaves session
@@ -135,7 +136,7 @@ class Runtime:
         # completion batch. An open transaction is still rolled back on release.
         self.pool = await create_pool(
             self.database_url,
-            min_size=2,
+            min_size=size,
             max_size=size,
             application_name="awa-worker",
             keep_session=True,
@@ -165,6 +166,7 @@ class Runtime:
         )
         self.slots.congested = self.completer.congested
         self.handle = AttemptWrites(self.loop, self.pool, self.database_url)
+        self.start_task = task_starter(self.loop)
         configs = {name: state.config for name, state in self.queues.items()}
         self.executor = Executor(self.loop, self.threads, self.pools, self.completer, self.hooks, configs)
         self._start_threads()
@@ -282,10 +284,11 @@ class Runtime:
         ClaimDeadline(self.loop, contexts)
         self.held.add_many(contexts)
         state.running += len(contexts)
-        create_task, attempts = asyncio.create_task, self.attempts
+        start, attempts = self.start_task, self.attempts
         for ctx in contexts:
-            ctx._task = task = create_task(self._execute(state, ctx))
-            attempts.add(task)
+            ctx._task = task = start(self._execute(state, ctx))
+            if not task.done():  # started eagerly (3.12+), a fast job may have finished already
+                attempts.add(task)
 
     async def _execute(self, state: QueueState, ctx: JobContext) -> None:
         try:
