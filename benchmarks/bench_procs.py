@@ -150,6 +150,10 @@ async def child_main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     rec = Recorder(keep_ids=bool(args.ledger))
     start, stop = make_worker(args.system, args.url, args.concurrency, rec, json.loads(args.bridge_config or "{}"))
+    if args.system == "awa_bridge":
+        from awa_bridge.worker import tune_gc
+
+        tune_gc()  # what Client.run() does in a worker process (python -m awa_bridge worker, manage.py awa_worker)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)

@@ -2,8 +2,9 @@
 
 Measurements on one PostgreSQL server, each printed as a table, the drains
 beside the "SQL-only limit" on the same database: a loop of batched claims
-(``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``, aggregated
-into one array) then completions (``UPDATE ... WHERE id = ANY(...)``), with no
+(``UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))
+RETURNING``, aggregated into one array, planned once as the worker plans its
+statements) then completions (``UPDATE ... WHERE id = ANY(...)``), with no
 Python per job, on ``--sql-connections`` connections at once. That is about as
 fast as this machine can move jobs through ``awa.jobs``; our drain is shown as
 a fraction of it.
@@ -14,7 +15,7 @@ a fraction of it.
   (``INSERT ... SELECT generate_series``, 1,000,000 per statement), then
   ``VACUUM ANALYZE``. Target: retained / empty >= 0.9.
 * backlog: drain a ``--backlog`` (default 1,000,000) job backlog vs a
-  ``--small`` (10,000) one, with the rate per tenth of the big drain (does it
+  ``--small`` (50,000) one, with the rate per tenth of the big drain (does it
   slow down as it goes?). Target: big / small >= 1.0.
 * horizontal: ``--processes`` (default 1,2,4,8) worker processes on one
   database draining ``--scale-jobs`` jobs; throughput per process count, and a
@@ -53,6 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_procs as bp
 import bench_worker as bw
 
+from awa_bridge.worker.config import DEFAULT_CLAIM_BATCH
+
 SECTIONS = ("retained", "backlog", "horizontal", "cleanup")
 FILL_CHUNK = 1_000_000
 COPY_CHUNK = 100_000
@@ -73,8 +76,7 @@ WITH candidates AS (
     UPDATE awa.jobs AS j
     SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
         attempted_at = now(), heartbeat_at = now(), deadline_at = now() + interval '5 minutes'
-    FROM candidates
-    WHERE j.id = candidates.id AND j.state = 'available'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state = 'available'
     RETURNING j.id
 )
 SELECT array_agg(id) FROM claimed
@@ -222,19 +224,29 @@ async def drain(
             await conn.fetchval("SELECT min(id) FROM awa.jobs WHERE queue = $1 AND state = 'available'", bp.QUEUE)
         )
         await asyncio.gather(*(w.spawn() for w in workers))
-        poll = 0.02 if n <= 50_000 else 0.25  # counting a big backlog often would slow it
+        # Whether any job is left, every 20 ms (a probe that stops at the first row); how many, for
+        # the progress, only every 10th poll (every 25th on a big backlog): counting them all at
+        # every poll took a share of the server away from the drain being measured.
+        probe = bw.any_left(REMAINING_SQL)
+        every = 10 if n <= 100_000 else 25
         began = time.perf_counter()
         for w in workers:
             await w.send("GO")
         progress: list[tuple[float, int]] = []
         deadline = began + timeout
+        polls = 0
         while True:
-            remaining = int(await conn.fetchval(REMAINING_SQL, bp.QUEUE))
+            counted = polls % every == 0
+            if counted or not int(await conn.fetchval(probe, bp.QUEUE)):
+                remaining = int(await conn.fetchval(REMAINING_SQL, bp.QUEUE))
+                counted = True
             now = time.perf_counter()
-            progress.append((now - began, remaining))
+            if counted:
+                progress.append((now - began, remaining))
             if remaining == 0 or now > deadline:
                 break
-            await asyncio.sleep(poll)
+            polls += 1
+            await asyncio.sleep(0.02)
         elapsed = now - began
         handled = [await w.stop() for w in workers]
         run = DrainRun(n, elapsed, (n - remaining) / elapsed, handled, progress, timed_out=remaining > 0)
@@ -268,7 +280,9 @@ async def sql_limit(url: str, n: int, connections: int, batch: int) -> float:
     """Jobs/s of the SQL-only claim + complete loop over ``n`` queued jobs."""
     import asyncpg
 
-    conns = [await asyncpg.connect(url) for _ in range(connections)]
+    # Planned once, as the worker's own pool plans its statements (generic plans).
+    settings = {"plan_cache_mode": "force_generic_plan"}
+    conns = [await asyncpg.connect(url, server_settings=settings) for _ in range(connections)]
     try:
         remaining = int(await conns[0].fetchval(REMAINING_SQL, bp.QUEUE))
         if remaining != n:
@@ -620,18 +634,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated sections to run: {','.join(SECTIONS)} (default all)",
     )
     parser.add_argument("--retained", type=int, default=10_000_000, help="finished jobs in the table (10,000,000)")
-    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per retained/empty drain (default 10,000)")
+    parser.add_argument("--jobs", type=int, default=50_000, help="jobs per retained/empty drain (default 50,000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the short drains (default 3)")
     parser.add_argument("--backlog", type=int, default=1_000_000, help="the big backlog (default 1,000,000)")
-    parser.add_argument("--small", type=int, default=10_000, help="the small backlog it is compared with (10,000)")
+    parser.add_argument("--small", type=int, default=50_000, help="the small backlog it is compared with (50,000)")
     parser.add_argument(
         "--processes", type=counts, default=[1, 2, 4, 8], help="worker process counts (default 1,2,4,8)"
     )
     parser.add_argument("--scale-jobs", type=int, default=50_000, help="jobs per horizontal drain (default 50,000)")
-    parser.add_argument("--concurrency", type=int, default=200, help="handlers per worker process (default 200)")
+    parser.add_argument("--concurrency", type=int, default=500, help="handlers per worker process (default 500)")
     parser.add_argument("--sql-connections", type=int, default=2, help="SQL-only loop connections (default 2)")
     parser.add_argument(
-        "--sql-batch", type=int, default=100, help="SQL-only loop claim batch (default 100, the worker's claim_batch)"
+        "--sql-batch",
+        type=int,
+        default=DEFAULT_CLAIM_BATCH,
+        help=f"SQL-only loop claim batch (default {DEFAULT_CLAIM_BATCH}, the worker's claim_batch)",
     )
     parser.add_argument(
         "--cleanup-rows", type=int, default=1_000_000, help="finished jobs past retention to clean up (1,000,000)"

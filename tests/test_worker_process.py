@@ -111,6 +111,19 @@ def test_cli_worker_completes_jobs_and_drains_in_flight_work_on_sigterm(
     assert last_claim < signal_at
 
 
+def test_a_cli_worker_tunes_its_garbage_collector(app_db: str, probe: Probe, workers: Workers) -> None:
+    """``python -m awa_bridge worker`` (Client.run) freezes what the app loaded and collects less often."""
+    from awa_bridge.worker.gctuning import YOUNG_THRESHOLD
+
+    queue = unique_queue()
+    workers.start(queue).wait_started()
+    [job_id] = enqueue(app_db, "gc_state", queue, 1)
+    wait_for(lambda: count_in(probe, [job_id], "completed") == 1, 10, "the job to complete")
+    metadata = probe.value("SELECT metadata FROM awa.jobs WHERE id = %s", (job_id,))
+    assert metadata["gc_threshold"][0] == YOUNG_THRESHOLD, metadata
+    assert metadata["gc_frozen"] > 1000, metadata  # the interpreter's, the app's and the driver's objects
+
+
 def test_drain_timeout_releases_the_unfinished_job_for_another_worker(
     app_db: str, probe: Probe, workers: Workers
 ) -> None:

@@ -27,6 +27,8 @@ connection before the handler goes on:
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
 - ``tx_lost_connection``: transactional (sync); records, then its transaction's
   backend is terminated under it, as in a failover.
+- ``gc_state``: records, and keeps the process's garbage-collector settings in the
+  job's metadata (``gc_threshold``, ``gc_frozen``): what ``Client.run`` tuned.
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
 to the short values of the scenario conventions of docs/reliability.md. Ledger
@@ -131,6 +133,14 @@ async def record_async(job: Any) -> None:
 @client.task("ledger")
 def ledger(job: Any) -> None:
     record(job)
+
+
+@client.task("gc_state")
+def gc_state(job: Any) -> None:
+    import gc
+
+    record(job)
+    job.update_metadata({"gc_threshold": list(gc.get_threshold()), "gc_frozen": gc.get_freeze_count()})
 
 
 @client.task("hang")

@@ -4,6 +4,7 @@ from ..callbacks import WaitForCallback
 from .client import Client
 from .config import QueueConfig, WorkerConfig
 from .context import JobContext
+from .gctuning import tune_gc
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, backoff_seconds
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "WaitForCallback",
     "WorkerConfig",
     "backoff_seconds",
+    "tune_gc",
 ]

@@ -184,8 +184,16 @@ class Client:
             await self._insert_pool.close()
             self._insert_pool = None
 
-    def run(self, queues: Iterable[QueueSpec] | None = None) -> None:
-        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    def run(self, queues: Iterable[QueueSpec] | None = None, *, tune_gc: bool = True) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully.
+
+        This process is a worker: ``tune_gc`` (default on) tunes its garbage collector for
+        that first (``awa_bridge.worker.tune_gc``).
+        """
+        if tune_gc:
+            from .gctuning import tune_gc as tune
+
+            tune()
         asyncio.run(self._run_until_signal(queues))
 
     async def _run_until_signal(self, queues: Iterable[QueueSpec] | None) -> None:
