@@ -21,10 +21,12 @@ from .drivers import detect_async, detect_sync, is_async_connection
 from .drivers.base import AsyncDriver, Row, SyncDriver
 from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
 from .foreign import UNIQUE_BULK_REFUSAL, check_async, check_sync
-from .sql import QUERIES
+from .sql import QUERIES, Query
 from .types import InsertManyResult, Job, JobState
 from .unique import UniqueOpts, parse_unique, unique_key
 from .validation import check_int, check_name, check_text, check_timestamp
+
+_INSERT_PLAIN = QUERIES["insert_plain_job"]
 
 MAX_TAGS = 20
 PRIORITY_RANGE = (1, 4)
@@ -50,6 +52,20 @@ class PreparedJob:
     unique_key: bytes | None
     unique_states: str | None
     ordering_key: bytes | None
+
+    def statement(self) -> tuple[Query, dict[str, Any]]:
+        """The insert and its parameters: ``insert_plain_job`` for a job available now with no tags,
+        unique key or ordering key (most jobs: half the parameters to send), else ``insert_job``."""
+        if self.run_at is None and not self.tags and self.unique_key is None and self.ordering_key is None:
+            return _INSERT_PLAIN, {
+                "kind": self.kind,
+                "queue": self.queue,
+                "args": self.args_json,
+                "priority": self.priority,
+                "max_attempts": self.max_attempts,
+                "metadata": self.metadata_json,
+            }
+        return QUERIES["insert_job"], self.params()
 
     def params(self) -> dict[str, Any]:
         """Parameters of the ``insert_job`` query."""
@@ -313,7 +329,7 @@ def insert_job_sync(conn: SyncConnection, args: Any, **opts: Any) -> Job:
 
 def _insert_sync(driver: SyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = driver.fetch_all(QUERIES["insert_job"], prepared.params())
+        rows = driver.fetch_all(*prepared.statement())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:
@@ -324,7 +340,7 @@ def _insert_sync(driver: SyncDriver, prepared: PreparedJob) -> Job:
 
 async def _insert_async(driver: AsyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = await driver.fetch_all(QUERIES["insert_job"], prepared.params())
+        rows = await driver.fetch_all(*prepared.statement())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:

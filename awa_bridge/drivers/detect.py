@@ -6,6 +6,7 @@ imports asyncpg, psycopg, SQLAlchemy or Django.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import UnsupportedConnection
@@ -89,27 +90,53 @@ def is_async_connection(conn: Any) -> bool:
 
 def detect_sync(conn: Any) -> SyncDriver:
     """Adapter for a synchronous connection, or a TypeError naming the supported types."""
+    make = _SYNC_MAKERS.get(type(conn))
+    if make is None:
+        make = _SYNC_MAKERS[type(conn)] = _sync_maker(conn)
+    return make(conn)
+
+
+def detect_async(conn: Any) -> AsyncDriver:
+    """Adapter for an asynchronous connection, or a TypeError naming the supported types."""
+    make = _ASYNC_MAKERS.get(type(conn))
+    if make is None:
+        make = _ASYNC_MAKERS[type(conn)] = _async_maker(conn)
+    return make(conn)
+
+
+# type(conn) -> how to wrap it: found (and the adapter module imported) once per class, since
+# enqueue asks once per job. A class nothing supports is never stored: it raises every time.
+_SYNC_MAKERS: dict[type, Callable[[Any], SyncDriver]] = {}
+_ASYNC_MAKERS: dict[type, Callable[[Any], AsyncDriver]] = {}
+
+
+def _sync_maker(conn: Any) -> Callable[[Any], SyncDriver]:
     kind = _classify(conn)
     if kind == "sqlalchemy-scoped":
-        conn = conn()  # the registry's Session for this thread
-        kind = "sqlalchemy"
+        from .sqlalchemy import SQLAlchemySync
+
+        return lambda scoped: SQLAlchemySync(scoped())  # the registry's Session for this thread
     if kind == "psycopg":
         from .psycopg import PsycopgSync
 
-        return PsycopgSync(conn)
+        return PsycopgSync
     if kind == "sqlalchemy":
         from .sqlalchemy import SQLAlchemySync
 
-        return SQLAlchemySync(conn)
+        return SQLAlchemySync
     if kind == "django":
-        if getattr(conn, "vendor", None) != "postgresql":
-            raise UnsupportedConnection(
-                f"Django database {getattr(conn, 'alias', '?')!r} uses the "
-                f"{getattr(conn, 'vendor', '?')} backend; awa needs PostgreSQL"
-            )
         from .django import DjangoSync
 
-        return DjangoSync(conn)
+        def django(conn: Any) -> SyncDriver:
+            # Checked per connection: the alias's backend is the connection's, not its class's.
+            if getattr(conn, "vendor", None) != "postgresql":
+                raise UnsupportedConnection(
+                    f"Django database {getattr(conn, 'alias', '?')!r} uses the "
+                    f"{getattr(conn, 'vendor', '?')} backend; awa needs PostgreSQL"
+                )
+            return DjangoSync(conn)
+
+        return django
     hint = (
         "; this is an async connection: await the async API (await insert_job(...)); "
         "a call without an async form needs a sync connection (or a URL where it takes one)"
@@ -118,23 +145,23 @@ def detect_sync(conn: Any) -> SyncDriver:
     raise _unsupported(conn, hint)
 
 
-def detect_async(conn: Any) -> AsyncDriver:
-    """Adapter for an asynchronous connection, or a TypeError naming the supported types."""
+def _async_maker(conn: Any) -> Callable[[Any], AsyncDriver]:
     kind = _classify(conn)
     if kind == "sqlalchemy-async-scoped":
-        conn = conn()  # the registry's AsyncSession for this scope
-        kind = "sqlalchemy-async"
+        from .sqlalchemy import SQLAlchemyAsync
+
+        return lambda scoped: SQLAlchemyAsync(scoped())  # the registry's AsyncSession for this scope
     if kind == "asyncpg":
         from .asyncpg import Asyncpg
 
-        return Asyncpg(conn)
+        return Asyncpg
     if kind == "psycopg-async":
         from .psycopg import PsycopgAsync
 
-        return PsycopgAsync(conn)
+        return PsycopgAsync
     if kind == "sqlalchemy-async":
         from .sqlalchemy import SQLAlchemyAsync
 
-        return SQLAlchemyAsync(conn)
+        return SQLAlchemyAsync
     hint = "; this is a sync connection: call the sync API (insert_job(...) without await)" if kind else ""
     raise _unsupported(conn, hint)

@@ -26,6 +26,20 @@ FROM awa.insert_job_compat(
     CAST(%(ordering_key)s AS bytea)
 )
 
+-- name: insert_plain_job
+-- insert_job for the common job: available now, no tags, no unique key, no
+-- ordering key. The same function, its other arguments left to their
+-- defaults: half the parameters for the driver to encode on every call.
+SELECT id, run_at, created_at
+FROM awa.insert_job_compat(
+    p_kind => CAST(%(kind)s AS text),
+    p_queue => CAST(%(queue)s AS text),
+    p_args => CAST(%(args)s AS jsonb),
+    p_priority => CAST(%(priority)s AS smallint),
+    p_max_attempts => CAST(%(max_attempts)s AS smallint),
+    p_metadata => CAST(%(metadata)s AS jsonb)
+)
+
 -- name: create_insert_stage
 -- Bulk inserts COPY into this per-session staging table first when some rows
 -- carry unique keys, so duplicates can be skipped with ON CONFLICT. Every
