@@ -18,11 +18,14 @@ import awa_bridge
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client
+from awa_bridge.worker.producer import FROM_THE_START
 
 from .waiting import wait_until
 
-A = {"instance_id": uuid.uuid4(), "worker": "host-a/1"}
-B = {"instance_id": uuid.uuid4(), "worker": "host-b/2"}
+# Who claims, and from where in the dispatch order (the start: producer.FROM_THE_START).
+START = dict(zip(("after_priority", "after_run_at", "after_id"), FROM_THE_START, strict=True))
+A = {"instance_id": uuid.uuid4(), "worker": "host-a/1", **START}
+B = {"instance_id": uuid.uuid4(), "worker": "host-b/2", **START}
 
 
 def run(url: str, name: str, **params: Any) -> list[dict[str, Any]]:

@@ -48,13 +48,22 @@ UPDATE awa.jobs SET kind = %(kind)s RETURNING /*include:cols*/
     assert two.numeric == "UPDATE awa.jobs SET kind = $1 RETURNING id, kind, CAST($2 AS text) AS label"
 
 
+def test_a_fragment_may_include_an_earlier_one(tmp_path: Path) -> None:
+    text = (
+        "-- fragment: f\nid = %(id)s\n\n"
+        "-- fragment: g\nWHERE /* include: f */\n\n"
+        "-- name: q\nSELECT 1 /* include: g */\n"
+    )
+    assert load(tmp_path, text)["q"].numeric == "SELECT 1 WHERE id = $1"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("-- name: q\nSELECT /* include: nope */\n", "query q: unknown fragment 'nope'"),
         ("-- name: q\nSELECT /* include: f */\n\n-- fragment: f\n1\n", "query q: unknown fragment 'f'"),
         ("-- fragment: f\n1\n\n-- name: q\nSELECT 2\n", "fragment.s. never included: f"),
-        ("-- fragment: f\n1\n\n-- fragment: g\n/* include: f */\n", "a fragment cannot include another"),
+        ("-- fragment: g\n/* include: f */\n\n-- fragment: f\n1\n", "fragment g: unknown fragment 'f'"),
         ("-- fragment: f\n1\n\n-- name: f\nSELECT /* include: f */\n", "duplicate block name 'f'"),
         ("-- name: q\nSELECT 1\n\n-- name: q\nSELECT 2\n", "duplicate block name 'q'"),
     ],

@@ -94,7 +94,7 @@ def expand_includes(name: str, text: str, fragments: dict[str, str]) -> str:
     def fragment(match: re.Match[str]) -> str:
         key = match.group(1)
         if key not in fragments:
-            raise ValueError(f"query {name}: unknown fragment {key!r} (fragments: {', '.join(sorted(fragments))})")
+            raise ValueError(f"{name}: unknown fragment {key!r} (fragments: {', '.join(sorted(fragments))})")
         return fragments[key]
 
     return _INCLUDE.sub(fragment, text)
@@ -103,8 +103,8 @@ def expand_includes(name: str, text: str, fragments: dict[str, str]) -> str:
 def load_queries(path: Path) -> dict[str, Query]:
     """Parse a file of ``-- name:`` and ``-- fragment:`` blocks into compiled queries.
 
-    A fragment must be defined before the queries that include it (read top to bottom, the file
-    then explains itself), may not include another fragment, and must be used.
+    A fragment must be defined before the blocks that include it (read top to bottom, the file
+    then explains itself; a fragment may include an earlier one), and must be used.
     """
     fragments: dict[str, str] = {}
     used: set[str] = set()
@@ -112,13 +112,11 @@ def load_queries(path: Path) -> dict[str, Query]:
     for kind, name, body in _blocks(path.read_text(encoding="utf-8")):
         if name in queries or name in fragments:
             raise ValueError(f"duplicate block name {name!r} in {path.name}")
-        if kind == "fragment":
-            if _INCLUDE.search(body):
-                raise ValueError(f"fragment {name}: a fragment cannot include another one")
-            fragments[name] = body
-            continue
         used.update(_INCLUDE.findall(body))
-        queries[name] = compile_query(name, expand_includes(name, body, fragments))
+        if kind == "fragment":
+            fragments[name] = expand_includes(f"fragment {name}", body, fragments)
+            continue
+        queries[name] = compile_query(name, expand_includes(f"query {name}", body, fragments))
     unused = sorted(set(fragments) - used)
     if unused:
         raise ValueError(f"{path.name}: fragment(s) never included: {', '.join(unused)}")

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..sql import QUERIES
@@ -25,6 +26,9 @@ from .maintenance.aging import age_priorities
 from .scheduling import TokenBucket, weighted_allowance
 
 log = logging.getLogger("awa_bridge.worker")
+
+# Where a claim's scan of the dispatch index starts: before every job (priority is at least 1).
+FROM_THE_START = (0, datetime(1, 1, 1, tzinfo=UTC), 0)
 
 # Claims one queue may have in flight at once. While one claim's rows run, the
 # next is already on the server, so a queue with a backlog never waits for a
@@ -139,6 +143,10 @@ class Producer:
         self.claiming = True
         self.failures = 0
         self.claims: set[asyncio.Task[None]] = set()
+        # The dispatch key (priority, run_at, id) of the last job claimed while draining a backlog,
+        # and until when claims may continue from it (see _after).
+        self.mark: tuple[int, datetime, int] | None = None
+        self.mark_until = 0.0
 
     def stop(self) -> None:
         """Claim no more (the loop ends at its next wake, which this sets)."""
@@ -161,11 +169,12 @@ class Producer:
                     want = min(want, tokens)
                 if want <= 0:
                     break
+                after = self._after()
                 state.wanted = False
                 state.pending += want
                 if state.bucket is not None:
                     state.bucket.take(want)  # reserved now; what the claim did not use is given back
-                self.claims.add(asyncio.create_task(self._claim(want)))
+                self.claims.add(asyncio.create_task(self._claim(want, after)))
             if not self.claiming:
                 break
             try:
@@ -174,7 +183,24 @@ class Producer:
                 state.wanted = True  # the poll
         await asyncio.gather(*self.claims, return_exceptions=True)
 
-    async def _claim(self, want: int) -> None:
+    def _after(self) -> tuple[int, datetime, int] | None:
+        """Where the next claim's scan starts: after the last job claimed (None: from the start).
+
+        The index entries of the jobs claimed since the last vacuum sit at the
+        front of jobs_dispatch_idx; a claim from the start passes every one of
+        them. So a claim that only continues a backlog (the last one filled its
+        batch, nothing asked for a claim since) starts after the last job
+        claimed. A job that sorts before that point (a higher priority, an older
+        run_at: promoted, retried, aged) is found by the next claim from the
+        start: after any NOTIFY or poll (``wanted``: new and promoted jobs
+        notify), after ageing priorities, and at least every poll interval.
+        """
+        state = self.state
+        if self.mark is None or state.wanted or not state.backlog or time.monotonic() >= self.mark_until:
+            return None
+        return self.mark
+
+    async def _claim(self, want: int, after: tuple[int, datetime, int] | None = None) -> None:
         """Claim up to ``want`` jobs (ageing priorities first when due) and dispatch them; after a failure, back off.
 
         Runs as a task of its own (up to ``CLAIMS_IN_FLIGHT`` per queue); when it
@@ -195,6 +221,9 @@ class Producer:
                     if q.priority_aging and time.monotonic() >= state.next_aging:
                         state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
                         await age_priorities(db, q.name, q.priority_aging)
+                        after = None  # aged jobs moved forward in the dispatch order
+                    start = after or FROM_THE_START
+                    params["after_priority"], params["after_run_at"], params["after_id"] = start
                     rows = await db.fetch(QUERIES["claim_jobs"], params)
             except Exception as exc:
                 self.failures += 1
@@ -212,7 +241,17 @@ class Producer:
             self.failures = 0
             state.backlog = len(rows) == want
             if rows:
+                self._moved_to(rows, continued=after is not None)
                 self.dispatch(state, rows)
         finally:
             self.claims.discard(asyncio.current_task())
             state.wake.set()
+
+    def _moved_to(self, rows: list[Any], continued: bool) -> None:
+        """Remember the last dispatch key claimed; a claim from the start sets it afresh."""
+        last = max((row["priority"], row["run_at"], row["id"]) for row in rows)
+        if continued and self.mark is not None:
+            last = max(last, self.mark)
+        else:
+            self.mark_until = time.monotonic() + self.state.config.poll_interval
+        self.mark = last

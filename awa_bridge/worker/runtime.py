@@ -126,8 +126,9 @@ class Runtime:
             return
         self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
-        # Two claims in flight per queue, the completer, a progress flush or two: all opened at
-        # start (concurrently), not one by one in the middle of the first backlog.
+        # Two claims in flight per queue, the completer, a progress flush or two; what one busy
+        # queue needs is opened at start (concurrently), not one by one in the middle of its first
+        # backlog, and more only as other queues get busy.
         size = max(4, 2 * len(self.queues) + 3)
         # keep_session: this pool runs only the runtime's own statements
         # (claims, completions, progress, callbacks, counters): none leaves session
@@ -136,7 +137,7 @@ class Runtime:
         # completion batch. An open transaction is still rolled back on release.
         self.pool = await create_pool(
             self.database_url,
-            min_size=size,
+            min_size=min(size, 5),
             max_size=size,
             application_name="awa-worker",
             keep_session=True,

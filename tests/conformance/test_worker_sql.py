@@ -29,14 +29,14 @@ def three_jobs(url: str) -> list[int]:
 
 def comparable(row: dict[str, Any]) -> dict[str, Any]:
     """A claimed row with its clock-dependent values replaced by their types (still compared)."""
-    clock = ("deadline_at",)
+    clock = ("deadline_at", "run_at")
     return {k: type(v).__name__ + ("+tz" if v.tzinfo else "") if k in clock else v for k, v in row.items()}
 
 
 def claimed(first: int, second: int) -> list[dict[str, Any]]:
     """What ``claim_jobs`` with limit 2 returns on the three jobs (by id), whatever the driver."""
     common = {"kind": "work", "attempt": 1, "max_attempts": 25, "run_lease": 1, "progress": None}
-    common |= {"deadline_at": "datetime+tz"}
+    common |= {"deadline_at": "datetime+tz", "run_at": "datetime+tz"}
     return [
         {**common, "id": first, "args": '{"n": 1, "s": "é"}', "priority": 2, "metadata": "{}", "tags": ["t"]},
         {**common, "id": second, "args": '{"n": 2}', "priority": 1, "metadata": '{"m": 1}', "tags": []},

@@ -1,0 +1,79 @@
+"""Draining a backlog, a producer continues from the last job it claimed; nothing is skipped for long.
+
+Claims that only continue a backlog start their scan of jobs_dispatch_idx
+after the last job claimed (producer.Producer._after), so they do not pass the
+index entries of every job claimed since the last vacuum. A job that sorts
+before that point must still be claimed promptly: at once when a NOTIFY names
+its queue (new jobs, promoted ones), within a poll interval otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+import awa_bridge
+from awa_bridge.worker.config import QueueConfig
+
+from .waiting import insert, wait_until
+
+BACKLOG = 3000
+SLOTS = 20  # claims of 10: a drain of a few hundred claims, each handler a short sleep
+
+
+def backlog(db_url: str, jobs: int = BACKLOG) -> None:
+    with psycopg.connect(db_url) as conn:
+        awa_bridge.insert_many(conn, [{"i": i} for i in range(jobs)], kind="work", priority=3)
+        conn.commit()
+
+
+async def test_a_higher_priority_job_enqueued_mid_drain_is_claimed_next(make_client: Any, db_url: str) -> None:
+    client = make_client()
+    started: list[Any] = []
+
+    @client.task("work")
+    async def work(job: Any) -> None:
+        started.append(job.id)
+        await asyncio.sleep(0.002)
+
+    @client.task("urgent")
+    async def urgent(job: Any) -> None:
+        started.append("urgent")
+
+    backlog(db_url)
+    await client.start([QueueConfig("default", max_workers=SLOTS, poll_interval=30)])
+    await wait_until(lambda: len(started) > 500)  # well into continuing claims
+    at = len(started)
+    insert(db_url, {}, kind="urgent", priority=1)  # its NOTIFY asks for a claim from the start
+    await wait_until(lambda: "urgent" in started)
+    assert started.index("urgent") - at < 3 * SLOTS, "claimed behind the backlog"
+
+
+async def test_a_job_moved_before_the_point_without_a_notify_waits_at_most_a_poll(
+    make_client: Any, db_url: str
+) -> None:
+    """A row made available by hand (no NOTIFY) with an old run_at sorts before the claims' point."""
+    client = make_client()
+    started: dict[int, float] = {}
+
+    @client.task("work")
+    async def work(job: Any) -> None:
+        started[job.id] = time.monotonic()
+        await asyncio.sleep(0.005)  # 10,000 jobs take seconds: the backlog outlasts the poll interval
+
+    backlog(db_url, jobs=10_000)
+    quiet = insert(db_url, {}, kind="work", priority=3, run_at="2100-01-01T00:00:00+00:00")  # scheduled
+    poll = 0.5
+    await client.start([QueueConfig("default", max_workers=SLOTS, poll_interval=poll)])
+    await wait_until(lambda: len(started) > 500)
+    with psycopg.connect(db_url, autocommit=True) as conn:  # no trigger fires on UPDATE: no NOTIFY
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'available', run_at = now() - interval '1 hour' WHERE id = %s", (quiet,)
+        )
+    moved = time.monotonic()
+    await wait_until(lambda: quiet in started, timeout=10)
+    assert started[quiet] - moved < 2 * poll + 0.5, started[quiet] - moved
+    assert len(started) < 10_000, "it waited for the whole backlog"
