@@ -39,6 +39,16 @@ MAX_DEPTH = 64
 _ASCII_DIGITS = frozenset("0123456789")
 
 
+# Lowercase (Unicode's Other_Lowercase) since Unicode 15.0, not in 14.0, which Python 3.11's
+# str.islower() follows; awa-pg (Rust) says lowercase. The only such characters Python 3.11
+# already knew; the others were new in 15.0 and are no identifier before Python 3.12.
+_LOWERCASE_SINCE_UNICODE_15 = frozenset("\u10fc\ua7f2\ua7f3\ua7f4\uab69")
+
+
+def _is_lower(char: str) -> bool:
+    return char.islower() or char in _LOWERCASE_SINCE_UNICODE_15
+
+
 @functools.lru_cache(maxsize=1024)
 def derive_kind(class_name: str) -> str:
     """Snake-case a class name exactly as awa-pg does (``SMTPEmail`` → ``smtp_email``).
@@ -58,9 +68,9 @@ def derive_kind(class_name: str) -> str:
         if index > 0:
             prev = class_name[index - 1]
             if (
-                prev.islower()
+                _is_lower(prev)
                 or prev in _ASCII_DIGITS
-                or (prev.isupper() and index < last and class_name[index + 1].islower())
+                or (prev.isupper() and index < last and _is_lower(class_name[index + 1]))
             ):
                 out.append("_")
         out.append(char.lower()[0])
