@@ -18,14 +18,13 @@ import awa_bridge
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client
-from awa_bridge.worker.producer import FROM_THE_START
+from awa_bridge.worker.producer import claim_after
 
 from .waiting import wait_until
 
-# Who claims, and from where in the dispatch order (the start: producer.FROM_THE_START).
-START = dict(zip(("after_priority", "after_run_at", "after_id"), FROM_THE_START, strict=True))
-A = {"instance_id": uuid.uuid4(), "worker": "host-a/1", **START}
-B = {"instance_id": uuid.uuid4(), "worker": "host-b/2", **START}
+# Who claims, from the start of the dispatch order.
+A = {"instance_id": uuid.uuid4(), "worker": "host-a/1", **claim_after()}
+B = {"instance_id": uuid.uuid4(), "worker": "host-b/2", **claim_after()}
 
 
 def run(url: str, name: str, **params: Any) -> list[dict[str, Any]]:

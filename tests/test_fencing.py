@@ -25,16 +25,12 @@ from awa_bridge.worker.context import JobContext
 from awa_bridge.worker.maintenance.promote import promote_due
 from awa_bridge.worker.maintenance.rescue import rescue_expired_deadlines, rescue_stale_heartbeats
 from awa_bridge.worker.outcomes import Outcome
-from awa_bridge.worker.producer import FROM_THE_START
+from awa_bridge.worker.producer import claim_after
 
 from .waiting import FAST, job_row, job_state, wait_until
 
 #: Who claims in the tests that run the claim statement themselves (awa.job_attempts).
-CLAIMER = {
-    "instance_id": uuid.uuid4(),
-    "worker": "test-host/1",
-    **dict(zip(("after_priority", "after_run_at", "after_id"), FROM_THE_START, strict=True)),
-}
+CLAIMER = {"instance_id": uuid.uuid4(), "worker": "test-host/1", **claim_after()}
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- continues from the last job it claimed instead of scanning, at every claim,
 -- the index entries of every job claimed since the last vacuum (halfway
 -- through a million-job backlog a claim of 200 read 2,800 pages for them, 9 ms).
--- Any other claim starts from the beginning (0, -infinity, 0): see producer.py.
+-- Any other claim starts before every job (producer.FROM_THE_START).
 -- The same statement records who claimed (awa.job_claims, the job timeline's
 -- "attempt N on host/pid"): ONE row per claim statement with the ids it
 -- claimed, whose claimed_at is their attempted_at (the same now()). No extra

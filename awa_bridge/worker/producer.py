@@ -30,6 +30,13 @@ log = logging.getLogger("awa_bridge.worker")
 # Where a claim's scan of the dispatch index starts: before every job (priority is at least 1).
 FROM_THE_START = (0, datetime(1, 1, 1, tzinfo=UTC), 0)
 
+
+def claim_after(key: tuple[int, datetime, int] = FROM_THE_START) -> dict[str, Any]:
+    """The ``claim_jobs`` parameters that start its scan after the dispatch key ``key``."""
+    priority, run_at, job_id = key
+    return {"after_priority": priority, "after_run_at": run_at, "after_id": job_id}
+
+
 # Claims one queue may have in flight at once. While one claim's rows run, the
 # next is already on the server, so a queue with a backlog never waits for a
 # claim's round trip with its slots empty; a second claim starts only into a
@@ -222,8 +229,7 @@ class Producer:
                         state.next_aging = time.monotonic() + max(q.priority_aging / 4, 0.05)
                         await age_priorities(db, q.name, q.priority_aging)
                         after = None  # aged jobs moved forward in the dispatch order
-                    start = after or FROM_THE_START
-                    params["after_priority"], params["after_run_at"], params["after_id"] = start
+                    params.update(claim_after(after or FROM_THE_START))
                     rows = await db.fetch(QUERIES["claim_jobs"], params)
             except Exception as exc:
                 self.failures += 1

@@ -12,16 +12,12 @@ import pytest
 import awa_bridge
 from awa_bridge.errors import UnsupportedConnection, ValidationError
 from awa_bridge.sql import QUERIES
-from awa_bridge.worker.producer import FROM_THE_START
+from awa_bridge.worker.producer import claim_after
 
 from ..drivers import Handle
 
 #: Who claims, as the worker passes it to claim_jobs (recorded in awa.job_attempts).
-CLAIMER = {
-    "instance_id": uuid.uuid4(),
-    "worker": "conformance-host/1",
-    **dict(zip(("after_priority", "after_run_at", "after_id"), FROM_THE_START, strict=True)),  # the whole queue
-}
+CLAIMER = {"instance_id": uuid.uuid4(), "worker": "conformance-host/1", **claim_after()}  # the whole queue
 
 
 def rows(url: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
