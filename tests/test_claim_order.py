@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import psycopg
 
 import awa_bridge
+from awa_bridge.drivers import detect_sync
+from awa_bridge.sql import QUERIES
 from awa_bridge.worker.config import QueueConfig
+from awa_bridge.worker.producer import claim_after
 
 from .waiting import insert, wait_until
 
@@ -28,6 +32,22 @@ def backlog(db_url: str, jobs: int = BACKLOG) -> None:
     with psycopg.connect(db_url) as conn:
         awa_bridge.insert_many(conn, [{"i": i} for i in range(jobs)], kind="work", priority=3)
         conn.commit()
+
+
+def test_a_claim_after_a_dispatch_key_starts_past_it(db_url: str) -> None:
+    """claim_jobs with claim_after(key) takes the jobs after key in (priority, run_at, id) order only."""
+    backlog(db_url, jobs=6)
+    who = {"instance_id": uuid.uuid4(), "worker": "host/1", "queue": "default", "limit": 2, "deadline_seconds": 60.0}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        keys = conn.execute("SELECT priority, run_at, id FROM awa.jobs ORDER BY priority, run_at, id").fetchall()
+        db = detect_sync(conn)
+        after_third = db.fetch_all(QUERIES["claim_jobs"], {**who, **claim_after(keys[2])})
+        from_start = db.fetch_all(QUERIES["claim_jobs"], {**who, **claim_after()})
+        past_all = db.fetch_all(QUERIES["claim_jobs"], {**who, **claim_after(keys[-1])})
+    ids = [key[2] for key in keys]
+    assert [row["id"] for row in after_third] == ids[3:5]
+    assert [row["id"] for row in from_start] == ids[:2]
+    assert past_all == [], "jobs before the key are left to a claim from the start"
 
 
 async def test_a_higher_priority_job_enqueued_mid_drain_is_claimed_next(make_client: Any, db_url: str) -> None:
