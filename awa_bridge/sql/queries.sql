@@ -1495,6 +1495,10 @@ WITH aged AS (
     FROM awa.jobs
     WHERE queue = %(queue)s AND state = 'available' AND priority > 1
       AND run_at <= now() - make_interval(secs => CAST(%(aging_seconds)s AS float8))
+    -- In jobs_dispatch_idx order: the index hands the rows over already sorted, so even the
+    -- worker pool's generic plan (which cannot see the limit) reads this index rather than the
+    -- whole table for a top-N sort; without the ORDER BY it chose a Seq Scan on some samples.
+    ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
