@@ -334,8 +334,12 @@ def test_process_executor_kills_an_overrun_at_the_deadline_and_recycles_children
     """``executor=process``: a handler sleeping 60 s is killed at its 4 s deadline and retried; children are
     replaced after ``max_tasks_per_child`` attempts."""
     recycled, overrun = unique_queue(), unique_queue()
+    # The overrun is ended by its deadline; a staleness the test cannot reach keeps a heartbeat that a
+    # busy machine delayed past worker_app's 0.25 s from adding a rescued attempt to the count below.
     worker = workers.start(
-        [f"{recycled}:1:executor=process,max_tasks_per_child=2", f"{overrun}:1:deadline=4"], name="w"
+        [f"{recycled}:1:executor=process,max_tasks_per_child=2", f"{overrun}:1:deadline=4"],
+        name="w",
+        env={"AWA_HEARTBEAT_STALENESS": "30"},
     ).wait_started()
     ids = enqueue(app_db, "pid_ledger", recycled, 5)
     wait_for(lambda: probe.states(recycled) == {"completed": 5}, 20, "the recycled queue's jobs")
