@@ -266,6 +266,19 @@ def decode_json(text: str) -> Any:
     return json.loads(text)
 
 
+def decode_json_texts(texts: list[str]) -> list[Any]:
+    """``[json.loads(t) for t in texts]`` in one parser call: the JSON texts joined into one array.
+
+    For the args of a claimed batch (``jsonb::text`` from PostgreSQL, so each
+    is one valid JSON value): per small value, most of ``json.loads`` is its
+    own call overhead, paid here once per claim instead of once per job.
+    """
+    if not texts:
+        return []
+    values: list[Any] = json.loads("[" + ",".join(texts) + "]")
+    return values
+
+
 def row_to_job(row: Row) -> Job:
     """Build a ``Job`` from a row of any driver (JSON columns arrive as text)."""
     values = dict(row)

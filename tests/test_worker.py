@@ -57,6 +57,32 @@ async def test_async_and_sync_handlers_complete_with_decoded_args(make_client, d
     assert row["finalized_at"] is not None and row["heartbeat_at"] is None and row["deadline_at"] is None
 
 
+async def test_one_claim_of_many_jobs_gives_each_handler_its_own_args(make_client, db_url: str) -> None:
+    """A claim decodes its jobs' args in one parser call: each job still gets exactly its own args."""
+    client = make_client()
+    seen: dict[int, Any] = {}
+
+    @client.task("raw_dict")
+    async def raw(job):
+        seen[job.id] = job.args
+
+    tricky: list[dict[str, Any]] = [
+        {},
+        {"s": "a, b], {c}", "q": '"quoted"', "u": "żółw ✓ \U0001f600", "nl": "x\ny"},
+        {"nested": {"list": [1, [2, [3]], {"k": None}], "f": 0.000015, "e": 1e-7, "big": 2**63 - 1}},
+        {"neg": -1, "t": True, "empty": [], "obj": {}},
+    ] + [{"n": n} for n in range(40)]
+    ids = [insert(db_url, args, kind="raw_dict") for args in tricky]
+    await client.start(["default:100"])
+    await wait_until(lambda: len(seen) == len(ids))
+    assert {i: seen[i] for i in ids} == dict(zip(ids, tricky, strict=True))
+    with psycopg.connect(db_url, autocommit=True) as conn:  # the claim records: one row per claim
+        largest = conn.execute(
+            "SELECT max(cardinality(job_ids)) FROM awa.job_claims WHERE job_ids && %s::bigint[]", (ids,)
+        ).fetchone()
+    assert largest is not None and largest[0] > 1  # several jobs came in one claim
+
+
 async def test_exception_retries_with_backoff_then_fails(make_client, db_url: str) -> None:
     """R25: an always-failing handler runs max_attempts times; each failure is recorded."""
     client = make_client()

@@ -182,8 +182,10 @@ class Completer:
                 self.on_abandoned(ctx)
 
     async def flush(self, items: list[tuple[JobContext, Outcome]]) -> None:
-        simple = [(c, o) for c, o in items if not needs_single_write(c, o)]
-        single = [(c, o) for c, o in items if needs_single_write(c, o)]
+        simple: list[tuple[JobContext, Outcome]] = []
+        single: list[tuple[JobContext, Outcome]] = []
+        for item in items:
+            (single if needs_single_write(*item) else simple).append(item)
         async with self.pool.acquire() as db:
             done: set[int] = set()
             if simple:

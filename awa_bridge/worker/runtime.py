@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..drivers.connect import create_pool
-from ..enqueue import decode_json
+from ..enqueue import decode_json, decode_json_texts
 from ..errors import ValidationError
 from ..foreign import WORKER_REFUSAL, check_async
 from ..migrations import require_schema_async
@@ -269,7 +269,7 @@ class Runtime:
                 kind=row["kind"],
                 queue=queue,
                 args=None,
-                raw_args=decode_json(row["args"]),
+                raw_args=raw_args,
                 attempt=row["attempt"],
                 max_attempts=row["max_attempts"],
                 priority=row["priority"],
@@ -280,7 +280,7 @@ class Runtime:
                 deadline_at=row["deadline_at"],
                 _handle=handle,
             )
-            for row in rows
+            for row, raw_args in zip(rows, decode_json_texts([row["args"] for row in rows]), strict=True)
         ]
         ClaimDeadline(self.loop, contexts)
         self.held.add_many(contexts)
