@@ -64,6 +64,93 @@ async def test_leader_holds_the_lease_and_hands_it_over_at_shutdown(make_client:
     assert scalar(db_url, "SELECT epoch FROM awa.maintenance_lease") == 2
 
 
+def test_a_candidate_holding_the_lock_displaces_only_a_leader_whose_session_held_it(db_url: str) -> None:
+    """The start-up race of two workers, step by step on two sessions, through the leader's own statements.
+
+    B (a candidate) takes the advisory lock; before B's upsert lands, A inserts the first lease
+    without the lock. B's lock must not displace A, who is alive (it did before v012: two leaders
+    for one renewal, then a change of leader for nothing). Once A holds the lock and its session
+    ends, B's lock does displace it, at once.
+    """
+    from uuid import uuid4
+
+    from awa_bridge.sql import QUERIES
+
+    acquire, lock, unlock = (
+        QUERIES[name].pyformat for name in ("acquire_maintenance_lease", "try_leader_lock", "leader_unlock")
+    )
+    a_id, b_id = uuid4(), uuid4()
+
+    def take(conn: psycopg.Connection[Any], holder: object, locked: bool) -> Any:
+        row = conn.execute(acquire, {"holder": holder, "ttl_seconds": 15.0, "locked": locked}).fetchone()
+        return None if row is None else row[0]  # the epoch
+
+    with psycopg.connect(db_url, autocommit=True) as b:
+        a = psycopg.connect(db_url, autocommit=True)
+        assert b.execute(lock).fetchone() == (True,)
+        assert a.execute(lock).fetchone() == (False,)
+        assert take(a, a_id, locked=False) == 1  # A leads, without the lock
+        assert take(b, b_id, locked=True) is None  # B's lock does not displace a live leader
+        b.execute(unlock)
+        assert a.execute(lock).fetchone() == (True,)
+        assert take(a, a_id, locked=True) == 1  # renewed, now holding the lock
+        assert take(b, b_id, locked=False) is None
+        a.close()  # A's session ends; the lock goes with it
+        assert wait_for_lock(b, lock)
+        assert take(b, b_id, locked=True) == 2  # taken over at once, long before A's 15 s lease ends
+    assert scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == b_id
+
+
+async def test_a_candidate_leaves_the_lock_alone_while_the_holder_has_not_got_it(
+    make_client: MakeClient, db_url: str
+) -> None:
+    """A leader that took the lease without the advisory lock gets it at a renewal: candidates leave it free.
+
+    A live holder without the lock (another session's lease row, holder_locked false) probes the
+    lock 300 times while a worker holds elections every 20 ms. A candidate that took the lock at
+    every election held it at some of those instants (about one in twenty): two workers whose
+    elections and renewals ran in step kept the leader from ever getting it, so a failover waited
+    for the lease to expire.
+    """
+    import asyncio
+    from uuid import uuid4
+
+    from awa_bridge.sql import QUERIES
+
+    lock, unlock = QUERIES["try_leader_lock"].pyformat, QUERIES["leader_unlock"].pyformat
+    holder = uuid4()
+    with psycopg.connect(db_url, autocommit=True) as x:
+        x.execute(
+            "INSERT INTO awa.maintenance_lease (name, holder, expires_at, holder_locked)"
+            " VALUES ('maintenance', %s, now() + interval '1 hour', false)",
+            (holder,),
+        )
+        client = make_client(leader_election_interval=0.02)
+        await client.start(["lease_q"])
+        await asyncio.sleep(0.1)  # elections are running
+        refused = 0
+        for _ in range(300):
+            if x.execute(lock).fetchone() == (True,):
+                x.execute(unlock)
+            else:
+                refused += 1
+            await asyncio.sleep(0.002)
+    assert refused == 0
+    assert scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == holder
+
+
+def wait_for_lock(conn: psycopg.Connection[Any], lock: str, timeout: float = 5.0) -> bool:
+    """The server releases a closed session's locks when its backend exits: poll for it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if conn.execute(lock).fetchone() == (True,):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 async def test_registry_row_is_refreshed_and_removed_at_clean_shutdown(make_client: MakeClient, db_url: str) -> None:
     client = make_client()
 

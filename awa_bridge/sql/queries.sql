@@ -368,18 +368,29 @@ SELECT pg_advisory_unlock(7235104991187720552) AS released
 -- name: acquire_maintenance_lease
 -- Take or renew the leader's lease: renewed by its holder, taken by another
 -- process once it expired (the holder stopped renewing: dead, frozen, blocked)
--- or when the taker holds the advisory lock above (the holder's session ended).
--- epoch grows at every change of holder. No row returned: someone else leads.
-INSERT INTO awa.maintenance_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at)
-VALUES ('maintenance', %(holder)s, 1, now(), now(), now() + make_interval(secs => %(ttl_seconds)s))
+-- or when the taker holds the advisory lock above and the holder had held it
+-- too (then the holder's session ended: the lock went with it). A holder that
+-- took the lease without the lock (someone else held it for a moment) is only
+-- displaced by expiry (v012). holder_locked is the caller's lock, as of this
+-- call. epoch grows at every change of holder. No row returned: someone else
+-- leads.
+INSERT INTO awa.maintenance_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at, holder_locked)
+VALUES ('maintenance', %(holder)s, 1, now(), now(), now() + make_interval(secs => %(ttl_seconds)s),
+        CAST(%(locked)s AS boolean))
 ON CONFLICT (name) DO UPDATE
 SET holder = EXCLUDED.holder,
     epoch = l.epoch + CASE WHEN l.holder = EXCLUDED.holder THEN 0 ELSE 1 END,
     acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END,
     renewed_at = now(),
-    expires_at = EXCLUDED.expires_at
-WHERE l.holder = EXCLUDED.holder OR l.expires_at < now() OR CAST(%(force)s AS boolean)
+    expires_at = EXCLUDED.expires_at,
+    holder_locked = EXCLUDED.holder_locked
+WHERE l.holder = EXCLUDED.holder OR l.expires_at < now() OR (EXCLUDED.holder_locked AND l.holder_locked)
 RETURNING epoch, acquired_at = renewed_at AS fresh
+
+-- name: lease_holder_locked
+-- Whether the lease's holder held the leader's advisory lock at its last
+-- renewal: only then does getting the lock tell a candidate anything.
+SELECT holder_locked FROM awa.maintenance_lease WHERE name = 'maintenance'
 
 -- name: release_maintenance_lease
 -- Clean shutdown: let the next candidate take over at its next election.

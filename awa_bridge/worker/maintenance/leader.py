@@ -10,9 +10,11 @@ every ``leader_election_interval``; it lasts ``leader_lease`` seconds. A
 leader that stops renewing (SIGSTOP-frozen, blocked, starved, cut off) loses
 it when it expires, and the next candidate to try takes it over: within
 ``leader_lease + leader_election_interval`` of the last renewal. The lease
-connection also holds a session advisory lock; a candidate that gets that
-lock knows the holder's session is gone (killed process, terminated backend)
-and takes the lease at once, at its next election.
+connection also holds a session advisory lock, recorded with the lease; when
+the holder held it, a candidate that gets it knows the holder's session is
+gone (killed process, terminated backend) and takes the lease at once, at its
+next election. A holder that could not take it (a frozen former leader still
+holds it) is replaced only at expiry, and takes it at a renewal once free.
 
 Stale-heartbeat rescue (and pruning the worker registry) waits until the
 leader has had one staleness window of continuous view of the database: after
@@ -127,8 +129,9 @@ class Maintenance(threading.Thread):
                 (await attempt).terminate()
             raise
 
-    async def _acquire(self, db: Asyncpg, force: bool) -> Any:
-        params = {"holder": self.instance_id, "ttl_seconds": float(self.config.leader_lease), "force": force}
+    async def _acquire(self, db: Asyncpg, locked: bool) -> Any:
+        """Take or renew the lease; ``locked``: this session holds the leader's advisory lock now."""
+        params = {"holder": self.instance_id, "ttl_seconds": float(self.config.leader_lease), "locked": locked}
         return await db.fetch_one(QUERIES["acquire_maintenance_lease"], params)
 
     @staticmethod
@@ -136,11 +139,28 @@ class Maintenance(threading.Thread):
         row = await db.fetch_one(QUERIES["try_leader_lock"])
         return row is not None and bool(row["acquired"])
 
+    async def _holder_locked(self, db: Asyncpg) -> bool:
+        row = await db.fetch_one(QUERIES["lease_holder_locked"])
+        return row is not None and bool(row["holder_locked"])
+
     async def _elect(self, db: Asyncpg, stopping: asyncio.Event) -> None:
+        """Try for the lease every election interval; lead while it is held.
+
+        The advisory lock is taken only where it tells something: by a new leader (and held
+        while it leads), and by a candidate only when the holder is recorded as holding it,
+        so that getting it means the holder's session is gone. Candidates that took it at
+        every election held it at the instants a live leader without it tried for it, and,
+        elections and renewals running at the same interval, could do so at every renewal.
+        """
         while not stopping.is_set():
-            locked = await self._try_lock(db)
             sent = time.monotonic()
-            row = await self._acquire(db, force=locked)
+            row = await self._acquire(db, False)  # a free or expired lease, or our own
+            locked = False
+            if row is not None or await self._holder_locked(db):
+                locked = await self._try_lock(db)
+                if locked:  # recorded with the lease: a failover need not wait for it to expire
+                    sent = time.monotonic()
+                    row = await self._acquire(db, True)
             if row is not None:
                 term = Term(row["epoch"], sent + self.config.leader_lease)
                 await self._lead(db, term, locked, stopping)
@@ -163,7 +183,7 @@ class Maintenance(threading.Thread):
                 if not locked:  # took the lease by expiry: the old holder may still hold the lock
                     locked = await self._try_lock(db)
                 sent = time.monotonic()
-                row = await self._acquire(db, force=False)
+                row = await self._acquire(db, locked)
                 if row is None or row["epoch"] != term.epoch:
                     log.warning(
                         "lost maintenance leadership: the lease (epoch %s) expired and passed to another worker",

@@ -1,0 +1,13 @@
+-- v012: the maintenance lease records whether its holder holds the leader's advisory lock.
+--
+-- A candidate that gets the advisory lock takes the lease at once, on the
+-- reasoning that the holder's session (which held the lock) is gone. A holder
+-- that took the lease without the lock breaks that reasoning: at start-up two
+-- workers raced, one took the lock and, before its upsert landed, the other
+-- inserted the first lease without it; the lock holder then took the lease
+-- over from a live leader (two leaders for one renewal interval, and a
+-- leadership change for nothing). The lock now displaces only a holder that
+-- holds it too, which is one whose session is gone; a holder without the lock
+-- is displaced only when its lease expires, and it takes the lock at a
+-- renewal once the lock is free.
+ALTER TABLE awa.maintenance_lease ADD COLUMN holder_locked boolean NOT NULL DEFAULT false;
