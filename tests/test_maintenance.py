@@ -6,17 +6,21 @@ with real subprocesses are in tests/test_worker_stuck.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
 
 import awa_bridge
+from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client, QueueConfig, WorkerConfig
 
+from .procs import wait_for
 from .waiting import FAST, wait_until
 
 MakeClient = Callable[..., Client]
@@ -72,10 +76,6 @@ def test_a_candidate_holding_the_lock_displaces_only_a_leader_whose_session_held
     for one renewal, then a change of leader for nothing). Once A holds the lock and its session
     ends, B's lock does displace it, at once.
     """
-    from uuid import uuid4
-
-    from awa_bridge.sql import QUERIES
-
     acquire, lock, unlock = (
         QUERIES[name].pyformat for name in ("acquire_maintenance_lease", "try_leader_lock", "leader_unlock")
     )
@@ -95,8 +95,8 @@ def test_a_candidate_holding_the_lock_displaces_only_a_leader_whose_session_held
         assert a.execute(lock).fetchone() == (True,)
         assert take(a, a_id, locked=True) == 1  # renewed, now holding the lock
         assert take(b, b_id, locked=False) is None
-        a.close()  # A's session ends; the lock goes with it
-        assert wait_for_lock(b, lock)
+        a.close()  # A's session ends; the lock goes with it (when its backend has exited)
+        wait_for(lambda: b.execute(lock).fetchone() == (True,), 5, "A's lock to be released", interval=0.02)
         assert take(b, b_id, locked=True) == 2  # taken over at once, long before A's 15 s lease ends
     assert scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == b_id
 
@@ -112,11 +112,6 @@ async def test_a_candidate_leaves_the_lock_alone_while_the_holder_has_not_got_it
     elections and renewals ran in step kept the leader from ever getting it, so a failover waited
     for the lease to expire.
     """
-    import asyncio
-    from uuid import uuid4
-
-    from awa_bridge.sql import QUERIES
-
     lock, unlock = QUERIES["try_leader_lock"].pyformat, QUERIES["leader_unlock"].pyformat
     holder = uuid4()
     with psycopg.connect(db_url, autocommit=True) as x:
@@ -137,18 +132,6 @@ async def test_a_candidate_leaves_the_lock_alone_while_the_holder_has_not_got_it
             await asyncio.sleep(0.002)
     assert refused == 0
     assert scalar(db_url, "SELECT holder FROM awa.maintenance_lease") == holder
-
-
-def wait_for_lock(conn: psycopg.Connection[Any], lock: str, timeout: float = 5.0) -> bool:
-    """The server releases a closed session's locks when its backend exits: poll for it."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if conn.execute(lock).fetchone() == (True,):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 async def test_registry_row_is_refreshed_and_removed_at_clean_shutdown(make_client: MakeClient, db_url: str) -> None:
