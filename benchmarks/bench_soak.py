@@ -37,6 +37,7 @@ import math
 import os
 import platform
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -358,6 +359,25 @@ def weighted_p95(ivs: list[Interval]) -> float | None:
     return sorted(values)[len(values) // 2] if values else None  # median of the per-period p95s
 
 
+def p95_trend(intervals: list[Interval]) -> str | None:
+    """The least-squares slope of the per-period p95 over ``intervals``, as a line of the verdict.
+
+    Not judged: the verdict compares two windows' medians, and on a small machine
+    one noisy minute can move a median by 10%. A slope over every settled period
+    says whether that difference is a growth (a steady climb) or noise (no slope).
+    """
+    points = [(iv.end / 60, iv.p95) for iv in intervals if iv.p95 is not None]
+    if len(points) < 5:
+        return None
+    minutes, p95s = zip(*points, strict=True)
+    slope = statistics.linear_regression(minutes, p95s).slope * 10
+    mean = statistics.fmean(p95s)
+    return (
+        f"pickup p95 trend from {clock(intervals[0].end)} to the end (least squares, not judged): "
+        f"{slope:+.2f} ms per 10 min ({slope / mean * 100:+.1f}% of its mean {mean:.1f} ms)"
+    )
+
+
 def judge(intervals: list[Interval], rate: float, window_s: float, retention: float | None) -> Verdict:
     if len(intervals) < 2:
         return Verdict(False, ["verdict: not judged (fewer than 2 report periods)"])
@@ -393,7 +413,8 @@ def judge(intervals: list[Interval], rate: float, window_s: float, retention: fl
     ref = next((iv for iv in intervals if iv.end >= settle + first[-1].end), None)
     size_ref = ref.size if ref is not None else 0
     size_end = intervals[-1].size
-    if ref is None or ref is intervals[-1]:
+    judged = ref is not None and ref is not intervals[-1]
+    if ref is None or not judged:
         lines.append(
             f"table size: not judged (run shorter than retention + 1 minute + the first window); "
             f"{mb(size_end)} MB at the end"
@@ -405,10 +426,13 @@ def judge(intervals: list[Interval], rate: float, window_s: float, retention: fl
             f"table size: {mb(size_ref)} MB at {clock(ref.end)}, {mb(size_end)} MB at the end "
             f"(limit +25%) {'ok' if size_ok else 'FAIL: growing'}"
         )
+    settled = [iv for iv in intervals if iv.end >= ref.end] if ref is not None else intervals
+    drift = p95_trend(settled)
+    if drift is not None:
+        lines.append(drift)
     backlog_ok = intervals[-1].live <= max(1000, rate * 2)
     ok &= backlog_ok
     lines.append(f"backlog at the end: {intervals[-1].live:,} live rows {'ok' if backlog_ok else 'FAIL: growing'}")
-    judged = ref is not None and ref is not intervals[-1]
     return Verdict(ok, lines, judged, first_rate, last_rate, p95_a, p95_b, size_ref, size_end)
 
 

@@ -271,6 +271,20 @@ def test_a_slowing_soak_fails_on_throughput_and_p95() -> None:
     assert any(line.startswith("pickup p95") and "FAIL" in line for line in verdict.lines)
 
 
+def trend_line(periods: list[bench_soak.Interval]) -> str:
+    lines = bench_soak.judge(periods, 2000, 300, retention=120).lines
+    return next(line for line in lines if line.startswith("pickup p95 trend"))
+
+
+def test_the_p95_trend_tells_noise_from_growth() -> None:
+    """The trend line (not judged) reads ~0 for alternating noise and the slope for a steady climb."""
+    noisy = trend_line([period(k, 2000, 6.5 if k % 2 else 9.5, 100.0) for k in range(1, 31)])
+    assert "from 8:00 to the end" in noisy  # the first settled period: retention + a minute after the first window
+    assert " +0.00 ms per 10 min" in noisy or " -0.00 ms per 10 min" in noisy, noisy
+    climbing = trend_line([period(k, 2000, 3.0 + 0.1 * k, 100.0) for k in range(1, 31)])
+    assert " +1.00 ms per 10 min" in climbing, climbing
+
+
 def test_a_short_soak_does_not_judge_size() -> None:
     periods = [period(k, 200, 3.0, 1.0 + k) for k in range(1, 4)]
     verdict = bench_soak.judge(periods, 200, 300, retention=120)
