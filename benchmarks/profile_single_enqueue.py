@@ -7,7 +7,8 @@ chunks) and calls/s. The cases peel the path apart:
 
 * ``SELECT 1``: one round trip, the floor of any call.
 * bare ``INSERT ... RETURNING id`` into ``awa.jobs`` (args JSON-encoded here).
-* ``awa.insert_job_compat(kind, queue, args)``: the contract function, 3 arguments.
+* ``awa.insert_job_compat(kind, queue, args)``: the contract function, 3 arguments,
+  called in FROM (a function scan) and in a select list (as ``insert_job`` calls it).
 * the ``insert_job`` statement as awa_bridge sends it (12 cast parameters),
   with the parameters precomputed: the SQL side of ``insert_job``.
 * ``prepare_job`` alone: validation, canonical JSON, no database.
@@ -82,9 +83,18 @@ async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]
             json.dumps(args(i)),
         )
 
-    async def compat(i: int) -> Any:
+    async def compat_from(i: int) -> Any:
         return await conn.fetchrow(
             "SELECT id, run_at, created_at FROM awa.insert_job_compat($1, $2, $3::jsonb)",
+            "send_email",
+            "bench",
+            json.dumps(args(i)),
+        )
+
+    async def compat_select(i: int) -> Any:
+        return await conn.fetchrow(
+            "SELECT (j).id, (j).run_at, (j).created_at"
+            " FROM (SELECT awa.insert_job_compat($1, $2, $3::jsonb) AS j OFFSET 0) AS inserted",
             "send_email",
             "bench",
             json.dumps(args(i)),
@@ -122,7 +132,8 @@ async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]
     out: dict[str, Call] = {
         "SELECT 1 (one round trip)": select_1,
         "bare INSERT ... RETURNING id": bare,
-        "awa.insert_job_compat, 3 args": compat,
+        "awa.insert_job_compat, 3 args, in FROM": compat_from,
+        "awa.insert_job_compat, 3 args, in the select list": compat_select,
         "insert_job's statement, params precomputed": statement,
         "prepare_job only (no database)": prepare,
         "awa_bridge.insert_job, autocommit": insert_job,

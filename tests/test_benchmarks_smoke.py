@@ -9,6 +9,9 @@ verdict logic itself is checked on made-up periods.
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -319,3 +322,41 @@ def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str)
     with psycopg.connect(server_url, autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_bench_{pid}_%",))
         assert [r[0] for r in rows] == []
+
+
+def server_binaries_to_count() -> bool:
+    """valgrind, PostgreSQL's server binaries, and (as root) a ``postgres`` user to run them as."""
+    if shutil.which("valgrind") is None or shutil.which("pg_config") is None:
+        return False
+    bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+    if not (Path(bindir) / "initdb").exists() or not (Path(bindir) / "postgres").exists():
+        return False
+    if os.geteuid() != 0:
+        return True
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return False
+    return shutil.which("runuser") is not None
+
+
+@pytest.mark.skipif(not server_binaries_to_count(), reason="needs valgrind and PostgreSQL's server binaries")
+def test_server_instruction_count_runs_every_statement_it_names() -> None:
+    """``count_insert_server_instructions.py`` executes each case without error and prints a row for it.
+
+    The script raises when a statement fails in the single-user session (a
+    statement of ``insert_job`` that stopped parsing, a case that no longer
+    matches the schema), so a run that finishes with four rows is one in
+    which every statement compared ran.
+    """
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "count_insert_server_instructions.py"), "--small", "2", "--large", "4"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 4, done.stdout
+    assert "select list" in done.stdout and "in FROM" in done.stdout

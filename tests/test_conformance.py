@@ -100,6 +100,7 @@ async def test_scheduled_run_at_and_round_trip(handle: Handle, db_url: str) -> N
         tags=["a", "b"],
     )
     await handle.commit()
+    assert committed_jobs(db_url) == 1, "one call, one row: the statement calls the function once"
     assert job.state is JobState.scheduled
     assert job.run_at == run_at
     assert (job.kind, job.queue, job.priority, job.max_attempts) == ("report", "reports", 1, 3)

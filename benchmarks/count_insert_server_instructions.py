@@ -1,0 +1,150 @@
+"""PostgreSQL's instructions per single enqueue, counted by valgrind: the server's share, without noise.
+
+``count_enqueue_instructions.py`` counts the client; this counts the server
+executing the same statements, so that what the SQL itself costs (a bare
+INSERT, ``awa.insert_job_compat`` called in FROM, the same call in a select
+list as ``insert_job`` sends it) can be compared on a machine whose wall
+clock moves with everyone else's load. It makes a throwaway cluster with
+``initdb``, migrates it, then runs ``postgres --single`` under ``valgrind
+--tool=callgrind`` twice per case (``--small`` and ``--large`` executions of
+one prepared statement, each its own transaction): the difference of the
+totals over the difference of the counts is one execution, start-up and
+shutdown excluded. No network and no client are involved, so the figures are
+the statement, its triggers and its commit (``synchronous_commit`` off: the
+flush is a wait, not instructions).
+
+    python benchmarks/count_insert_server_instructions.py
+
+Needs valgrind and the PostgreSQL server binaries (``--bindir``, default
+``pg_config --bindir``). PostgreSQL refuses to run as root: as root, the
+cluster runs as ``--os-user`` (default ``postgres``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+
+from awa_bridge.sql import QUERIES
+
+ARGS_JSON = """'{"n": %d, "to": "a@example.com", "subject": "Hi"}'"""
+
+
+def _plain_job_in_from() -> str:
+    """``insert_plain_job`` as it was sent before 2026-12-03: the function called in FROM."""
+    inner = QUERIES["insert_plain_job"].numeric
+    call = inner[inner.index("awa.insert_job_compat(") : inner.rindex(") AS j OFFSET 0")]
+    return f"SELECT id, run_at, created_at FROM {call})"
+
+
+CASES: dict[str, tuple[str, str]] = {
+    # case -> (PREPARE body, EXECUTE arguments with %d for the call number)
+    "bare INSERT (kind, queue, args) RETURNING id": (
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, CAST($3 AS jsonb)) RETURNING id",
+        "'send_email', 'bench', " + ARGS_JSON,
+    ),
+    "bare INSERT of insert_job's six columns RETURNING id, run_at, created_at": (
+        "INSERT INTO awa.jobs (kind, queue, args, priority, max_attempts, metadata) VALUES "
+        "($1, $2, CAST($3 AS jsonb), CAST($4 AS smallint), CAST($5 AS smallint), CAST($6 AS jsonb)) "
+        "RETURNING id, run_at, created_at",
+        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+    ),
+    "awa.insert_job_compat in FROM (insert_job before 2026-12-03)": (
+        _plain_job_in_from(),
+        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+    ),
+    "awa.insert_job_compat in a select list (insert_job's insert_plain_job)": (
+        QUERIES["insert_plain_job"].numeric,
+        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+    ),
+}
+
+
+class Cluster:
+    """A throwaway cluster in ``root``, run as ``user`` when this process is root."""
+
+    def __init__(self, root: str, bindir: str, user: str | None) -> None:
+        self.root, self.bindir, self.user = root, bindir, user
+        self.data = os.path.join(root, "data")
+
+    def command(self, program: str, *args: str) -> list[str]:
+        command = [os.path.join(self.bindir, program), *args]
+        return ["runuser", "-u", self.user, "--", *command] if self.user else command
+
+    def create(self) -> None:
+        if self.user:
+            shutil.chown(self.root, self.user)
+        subprocess.run(self.command("initdb", "-D", self.data, "-A", "trust", "-U", "postgres"), check=True,
+                       capture_output=True)  # fmt: skip
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        options = f"-p {port} -k {self.root} -c listen_addresses=''"
+        log = os.path.join(self.root, "log")
+        subprocess.run(self.command("pg_ctl", "-D", self.data, "-l", log, "-o", options, "-w", "start"),
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            import awa_bridge
+
+            awa_bridge.migrate(f"postgresql://postgres@/postgres?host={self.root}&port={port}")
+        finally:
+            subprocess.run(self.command("pg_ctl", "-D", self.data, "-w", "stop"), check=True, capture_output=True)
+
+    def instructions(self, case: str, calls: int) -> int:
+        """Instructions of one single-user session that executes ``case`` ``calls`` times."""
+        body, arguments = CASES[case]
+        lines = [f"PREPARE s AS {' '.join(body.split())};"]
+        lines += [f"EXECUTE s({arguments % n});" for n in range(calls)]
+        script = os.path.join(self.root, "script.sql")
+        with open(script, "w") as out:
+            out.write("\n\n".join(lines) + "\n")  # -j: a blank line ends each statement
+        output = os.path.join(self.root, "callgrind.out")
+        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={output}"]
+        single = [os.path.join(self.bindir, "postgres"), "--single", "-j", "-D", self.data,
+                  "-c", "synchronous_commit=off", "postgres"]  # fmt: skip
+        command = ["runuser", "-u", self.user, "--", *valgrind, *single] if self.user else [*valgrind, *single]
+        with open(script) as stdin:
+            done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True)
+        if "ERROR" in done.stdout:
+            raise RuntimeError(f"{case!r} failed in the single-user session: {done.stdout[-800:]}")
+        found = re.search(r"Collected : ([\d,]+)", done.stderr)
+        if found is None:
+            raise RuntimeError(f"no instruction count from valgrind for {case!r}: {done.stderr[-500:]}")
+        return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--bindir", help="PostgreSQL's server binaries (default: pg_config --bindir)")
+    parser.add_argument("--os-user", default="postgres", help="the user the cluster runs as when this is root")
+    parser.add_argument("--small", type=int, default=500)
+    parser.add_argument("--large", type=int, default=2500)
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed")
+    bindir = args.bindir or subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
+                                           check=True).stdout.strip()  # fmt: skip
+    user = args.os_user if os.geteuid() == 0 else None
+    with tempfile.TemporaryDirectory() as root:
+        cluster = Cluster(root, bindir, user)
+        cluster.create()
+        print(f"PostgreSQL from {bindir}; {args.large - args.small} executions counted per case")
+        print()
+        print("| statement (one execution = one transaction) | server instructions per call | x bare INSERT |")
+        print("|---|---:|---:|")
+        base = 0
+        for case in CASES:
+            per_call = (cluster.instructions(case, args.large) - cluster.instructions(case, args.small)) // (
+                args.large - args.small
+            )
+            base = base or per_call
+            print(f"| {case} | {per_call:,} | {per_call / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
