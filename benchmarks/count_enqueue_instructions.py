@@ -27,10 +27,9 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -123,17 +122,26 @@ def run_case(url: str, case: str, calls: int) -> None:
         asyncio.run(_asyncpg_case(url, case, calls))
 
 
-def instructions(url: str, case: str, calls: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",
-            sys.executable, __file__, "--child", case, "--calls", str(calls), "--database-url", url,
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+def callgrind(
+    program: Sequence[str], label: str, *, run_as: Sequence[str] = (), stdin: IO[str] | None = None
+) -> tuple[int, str]:
+    """Instructions ``program`` executes under valgrind's callgrind, and its standard output.
+
+    ``run_as`` goes before valgrind (``runuser -u postgres --`` for a server
+    that refuses root). Only the total is read, from valgrind's own summary,
+    so the profile itself is not kept.
+    """
+    command = [*run_as, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *program]
+    done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : ([\d,]+)", done.stderr)
     if found is None:
-        raise RuntimeError(f"no instruction count from valgrind for {case!r}: {done.stderr[-500:]}")
-    return int(found.group(1).replace(",", ""))
+        raise RuntimeError(f"no instruction count from valgrind for {label!r}: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", "")), done.stdout
+
+
+def instructions(url: str, case: str, calls: int) -> int:
+    child = [sys.executable, __file__, "--child", case, "--calls", str(calls), "--database-url", url]
+    return callgrind(child, case)[0]
 
 
 def main(argv: list[str] | None = None) -> None:

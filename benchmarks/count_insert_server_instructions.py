@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import socket
 import subprocess
 import tempfile
+
+from count_enqueue_instructions import callgrind
 
 from awa_bridge.sql import QUERIES
 
@@ -72,9 +73,12 @@ class Cluster:
         self.root, self.bindir, self.user = root, bindir, user
         self.data = os.path.join(root, "data")
 
+    @property
+    def run_as(self) -> list[str]:
+        return ["runuser", "-u", self.user, "--"] if self.user else []
+
     def command(self, program: str, *args: str) -> list[str]:
-        command = [os.path.join(self.bindir, program), *args]
-        return ["runuser", "-u", self.user, "--", *command] if self.user else command
+        return [*self.run_as, os.path.join(self.bindir, program), *args]
 
     def create(self) -> None:
         if self.user:
@@ -103,19 +107,13 @@ class Cluster:
         script = os.path.join(self.root, "script.sql")
         with open(script, "w") as out:
             out.write("\n\n".join(lines) + "\n")  # -j: a blank line ends each statement
-        output = os.path.join(self.root, "callgrind.out")
-        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={output}"]
         single = [os.path.join(self.bindir, "postgres"), "--single", "-j", "-D", self.data,
                   "-c", "synchronous_commit=off", "postgres"]  # fmt: skip
-        command = ["runuser", "-u", self.user, "--", *valgrind, *single] if self.user else [*valgrind, *single]
         with open(script) as stdin:
-            done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True)
-        if "ERROR" in done.stdout:
-            raise RuntimeError(f"{case!r} failed in the single-user session: {done.stdout[-800:]}")
-        found = re.search(r"Collected : ([\d,]+)", done.stderr)
-        if found is None:
-            raise RuntimeError(f"no instruction count from valgrind for {case!r}: {done.stderr[-500:]}")
-        return int(found.group(1).replace(",", ""))
+            total, output = callgrind(single, case, run_as=self.run_as, stdin=stdin)
+        if "ERROR" in output:
+            raise RuntimeError(f"{case!r} failed in the single-user session: {output[-800:]}")
+        return total
 
 
 def main(argv: list[str] | None = None) -> None:
