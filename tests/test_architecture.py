@@ -11,7 +11,6 @@ layer reaching into a job's private state, is a dependency these tests refuse be
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -96,8 +95,46 @@ def test_the_layers_above_the_worker_use_only_the_public_job_api(path: Path) -> 
 
 
 def test_the_private_state_the_celery_layer_must_not_touch_exists() -> None:
-    """The names the check above guards are really JobContext's private fields (and stay that way)."""
-    private = {f.name for f in dataclasses.fields(JobContext) if f.name.startswith("_")}
+    """The names the check above guards are really JobContext's private state (and stay that way)."""
+    private = {name for name in dir(JobContext) if name.startswith("_") and not name.startswith("__")}
     assert {"_handle", "_cancelled", "_lost", "_task"} <= private
     public = ("cancelled", "cancel", "attached", "raise_max_attempts", "flush_progress", "register_callback")
     assert all(hasattr(JobContext, name) for name in public)
+
+
+def test_an_attempts_private_state_is_its_own() -> None:
+    """The worker's bookkeeping has class-level defaults (a JobContext is built per claimed job);
+    what one attempt records must never show on another."""
+
+    def job(job_id: int) -> JobContext:
+        return JobContext(
+            id=job_id,
+            kind="k",
+            queue="q",
+            args=None,
+            raw_args={},
+            attempt=1,
+            max_attempts=3,
+            priority=2,
+            metadata={},
+            tags=[],
+            run_lease=1,
+            progress=None,
+            deadline_at=None,
+        )
+
+    first, second = job(1), job(2)
+    first.update_metadata({"step": 1})
+    first.on_complete(print)
+    first.set_progress(50)
+    first.cancel()
+    assert (first._metadata_patch, first._on_complete, first.cancelled) == ({"step": 1}, (print,), True)
+    assert (second._metadata_patch, second._on_complete, second._progress_dirty, second.cancelled) == (
+        None,
+        (),
+        False,
+        False,
+    )
+    assert first.pending_progress()[1] == '{"step":1}' and second.pending_progress() == (None, "{}")
+    first.mark_flushed()
+    assert first.pending_progress() == (None, "{}")

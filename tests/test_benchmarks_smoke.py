@@ -360,3 +360,44 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 4, done.stdout
     assert "select list" in done.stdout and "in FROM" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_drain_instruction_count_counts_and_every_case_drains(server_url: str) -> None:
+    """``count_drain_instructions.py`` prints a count, and each worker it counts drains to its last job.
+
+    The whole script runs on its lightest case (a run under valgrind costs
+    about half a minute of start-up); each worker case then runs as the
+    script's child does, without valgrind, which only counts. A child that
+    stops short of its jobs raises or hangs, so each must exit cleanly with
+    nothing left in its queue.
+    """
+    args = ("--only", "SQL-only loop", "--small", "1", "--large", "3")
+    out, _, pid = run_script(server_url, "count_drain_instructions.py", *args, timeout=600)
+    assert [line for line in out.splitlines() if line.startswith("| SQL-only loop |")], out
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname = %s", (f"awa_countdrain_{pid}",))
+        assert left.fetchall() == []
+    name = f"awa_smoke_drain_{os.getpid()}"
+    url = bench_worker.with_dbname(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        systems = [bench_worker.bridge_system()]
+        if "pgqueuer" in peers_installed():
+            systems.append(bench_worker.pgqueuer_system())
+        for system in systems:
+            asyncio.run(system.install(url))
+            asyncio.run(system.enqueue_bulk(url, 25))
+            child = [sys.executable, str(BENCH / "count_drain_instructions.py"), "--database-url", url]
+            done = subprocess.run(
+                [*child, "--child", system.name, "--jobs", "25"], capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute(system.remaining_sql).fetchone()
+                assert row is not None and row[0] == 0, system.name
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

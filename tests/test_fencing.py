@@ -11,6 +11,7 @@ import json
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -64,7 +65,7 @@ def context(row: Any) -> JobContext:
         tags=[],
         run_lease=row["run_lease"],
         progress=None,
-        deadline_at=row["deadline_at"],
+        deadline_at=datetime.fromtimestamp(row["deadline_epoch"], UTC),
     )
 
 

@@ -129,7 +129,11 @@ DROP SCHEMA IF EXISTS awa CASCADE
 -- callback of an earlier attempt finds nothing (see complete_external).
 -- Only what the worker needs comes back (the queue is the claimer's own; the
 -- deadline is the same for every row, the claim's now() plus the deadline; the
--- dispatch key, to continue from).
+-- dispatch key, to continue from). The two times come back as seconds since
+-- the epoch (float8; datetime.fromtimestamp gives back the exact microsecond
+-- until the year 2242): asyncpg makes a datetime of a timestamptz at about a
+-- microsecond each, two per job, where the worker needs one per claim (the
+-- deadline, and the greatest dispatch key).
 -- The scan starts after a dispatch key (priority, run_at, id), an index
 -- condition of jobs_dispatch_idx: while it drains a backlog, a producer
 -- continues from the last job it claimed instead of scanning, at every claim,
@@ -163,15 +167,16 @@ WITH candidates AS (
         callback_timeout_at = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state = 'available'
     RETURNING j.id, j.kind, j.args::text AS args, j.priority, j.attempt, j.max_attempts,
-              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress, j.deadline_at,
-              j.run_at
+              j.run_lease, j.metadata::text AS metadata, j.tags, j.progress::text AS progress,
+              date_part('epoch', j.deadline_at) AS deadline_epoch, date_part('epoch', j.run_at) AS run_at_epoch
 ), recorded AS (
     INSERT INTO awa.job_claims (claimed_at, instance_id, worker, job_ids)
     SELECT now(), CAST(%(instance_id)s AS uuid), CAST(%(worker)s AS text), array_agg(id)
     FROM claimed
     HAVING count(*) > 0
 )
-SELECT id, kind, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress, deadline_at, run_at
+SELECT id, kind, args, priority, attempt, max_attempts, run_lease, metadata, tags, progress, deadline_epoch,
+       run_at_epoch
 FROM claimed
 
 -- name: complete_jobs

@@ -77,12 +77,6 @@ def completion(ctx: JobContext) -> tuple[Any, dict[str, Any]]:
     return QUERIES["complete_job_with_result"], {**params, "result": ctx._result_json}
 
 
-def needs_single_write(ctx: JobContext, outcome: Outcome) -> bool:
-    return (
-        outcome.state != "completed" or ctx._progress_dirty or bool(ctx._metadata_patch) or ctx._result_json is not None
-    )
-
-
 class Completer:
     def __init__(
         self,
@@ -108,9 +102,13 @@ class Completer:
         self.idle.set()
 
     def submit(self, ctx: JobContext, outcome: Outcome) -> None:
-        self.pending.append((ctx, outcome))
-        self.idle.clear()
-        self.wake.set()
+        pending = self.pending
+        pending.append((ctx, outcome))
+        if len(pending) == 1:
+            # The first since ``run`` took the last batch; with more pending the writer is already
+            # awake (it waits only with none pending) and the completer already not idle.
+            self.idle.clear()
+            self.wake.set()
 
     def congested(self) -> bool:
         """Too many outcomes wait to be written: claim nothing more until they are."""
@@ -185,7 +183,15 @@ class Completer:
         simple: list[tuple[JobContext, Outcome]] = []
         single: list[tuple[JobContext, Outcome]] = []
         for item in items:
-            (single if needs_single_write(*item) else simple).append(item)
+            ctx, outcome = item
+            # A plain completion goes in the batched statement; other states, and an attempt
+            # that recorded progress, metadata or a result, get a statement of their own.
+            if outcome.state == "completed" and not (
+                ctx._progress_dirty or ctx._metadata_patch or ctx._result_json is not None
+            ):
+                simple.append(item)
+            else:
+                single.append(item)
         async with self.pool.acquire() as db:
             done: set[int] = set()
             if simple:

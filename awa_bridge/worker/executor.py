@@ -28,7 +28,7 @@ from .completer import Completer, finalize_one, is_transient
 from .config import QueueConfig
 from .context import JobContext
 from .hooks import Hooks
-from .outcomes import Outcome, error_record, outcome_of_exception, outcome_of_result
+from .outcomes import COMPLETED, Outcome, error_record, outcome_of_exception, outcome_of_result
 from .pools import HandlerPools
 from .registry import ArgsDecodeError, Handler
 from .threads import DaemonThreadPool
@@ -63,22 +63,29 @@ class NotStarted(Exception):
     """The attempt ended (superseded, past its deadline, released) before its handler began: it never runs."""
 
 
-# Orders "the handler starts" against "the worker gives the attempt up", for sync handlers.
+# Orders "the handler starts" (on a handler thread) against "the worker gives the attempt up" (on the loop).
 _start_lock = threading.Lock()
 
 
 def check_start(ctx: JobContext) -> None:
+    """From a handler thread: ``check_start_on_loop`` under the lock ``give_up`` takes on the loop,
+    so that an attempt the worker gave up never starts, and one that started is known to have."""
+    with _start_lock:
+        check_start_on_loop(ctx)
+
+
+def check_start_on_loop(ctx: JobContext) -> None:
     """In memory, no round trip: raise NotStarted unless the attempt is still this worker's to run.
 
     The heartbeat thread marks attempts it finds superseded (rescued, cancelled
-    elsewhere); the deadline and shutdown set ``job.cancelled``.
+    elsewhere); the deadline and shutdown set ``job.cancelled``. Called as is
+    for async handlers, on the loop, where ``give_up`` also runs: no lock.
     """
-    with _start_lock:
-        if ctx._lost:
-            raise NotStarted("superseded")
-        if ctx._cancelled.is_set() or (ctx.deadline_at is not None and ctx.deadline_at.timestamp() <= time.time()):
-            raise NotStarted("deadline")
-        ctx._started = True
+    if ctx._lost:
+        raise NotStarted("superseded")
+    if ctx._cancelled or ctx._deadline <= time.time():
+        raise NotStarted("deadline")
+    ctx._started = True
 
 
 def _guarded(fn: Any, ctx: JobContext) -> Any:
@@ -90,7 +97,7 @@ def _guarded(fn: Any, ctx: JobContext) -> Any:
 def give_up(ctx: JobContext) -> bool:
     """Mark the attempt given up; True if its handler had already started."""
     with _start_lock:
-        ctx._cancelled.set()
+        ctx._cancelled = True
         return ctx._started
 
 
@@ -124,8 +131,9 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
         return failed_at_once(ctx, str(exc), exc)
     try:
         if handler.is_async:
-            check_start(ctx)  # the loop may have been blocked since the claim
-        ex.hooks.fire("started", ctx)
+            check_start_on_loop(ctx)  # the loop may have been blocked since the claim
+        if ex.hooks.listeners["started"]:
+            ex.hooks.fire("started", ctx)
         if handler.transactional:
             await run_transactional(ex, handler, ctx)
             return None
@@ -139,7 +147,7 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
             return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     except NotStarted as exc:
         return not_started(ex, ctx, str(exc))
-    outcome = outcome_for(ctx, result)
+    outcome = COMPLETED if result is None else outcome_for(ctx, result)
     if ctx._on_complete and outcome.state == "completed":
         await ex.threads.submit(ex.loop, complete_with_effects, ex, ctx, outcome)
         return None
@@ -183,7 +191,7 @@ async def _invoke_sync(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
         work.add_done_callback(_consume)
         raise DeadlineExceeded(DEADLINE_MESSAGE) from None
     except asyncio.CancelledError:
-        ctx._cancelled.set()
+        ctx._cancelled = True
         work.cancel()
         raise
 
@@ -207,7 +215,7 @@ async def run_in_process(ex: Executor, handler: Handler, ctx: JobContext) -> Out
     try:
         carried = await ex.threads.submit(ex.loop, attempt)
     except ChildKilled as exc:
-        ctx._cancelled.set()
+        ctx._cancelled = True
         error: Exception = DeadlineExceeded(f"{DEADLINE_MESSAGE} ({exc})") if exc.overran else exc
         return outcome_of_exception(error, ctx.attempt, ctx.max_attempts)
     return apply_carried(ctx, carried)
@@ -231,11 +239,16 @@ class ClaimDeadline:
     def __init__(self, loop: asyncio.AbstractEventLoop, contexts: list[JobContext]) -> None:
         self.contexts = contexts
         self.left = len(contexts)
-        deadline = contexts[0].deadline_at
-        delay = 0.0 if deadline is None else max(deadline.timestamp() - time.time(), 0.0)
-        self.timer = loop.call_later(delay, self.expire) if deadline is not None else None
-        for ctx in contexts:
-            ctx._claim = self
+        deadline_at = contexts[0].deadline_at
+        self.timer = None
+        if deadline_at is not None:
+            deadline = deadline_at.timestamp()
+            self.timer = loop.call_later(max(deadline - time.time(), 0.0), self.expire)
+            for ctx in contexts:
+                ctx._claim, ctx._deadline = self, deadline
+        else:
+            for ctx in contexts:
+                ctx._claim = self
 
     def ended(self) -> None:
         """One attempt of the claim ended (its handler returned, or it never started)."""
@@ -247,7 +260,7 @@ class ClaimDeadline:
 
     def expire(self) -> None:
         for ctx in self.contexts:
-            ctx._cancelled.set()
+            ctx._cancelled = True
             runner = ctx._runner
             if runner is not None:
                 ctx._expired = True
@@ -274,7 +287,7 @@ async def _invoke_async(handler: Handler, ctx: JobContext) -> Any:
     except asyncio.CancelledError:
         if ctx._expired and task.uncancel() == 0:
             raise DeadlineExceeded(DEADLINE_MESSAGE) from None
-        ctx._cancelled.set()
+        ctx._cancelled = True
         raise
     except Exception:
         if ctx._expired:

@@ -60,14 +60,14 @@ class HeldAttempts:
                 ctx = self.by_id.get(job_id)
                 if ctx is not None and ctx.run_lease == lease:
                     ctx._lost = True
-                    ctx._cancelled.set()
+                    ctx._cancelled = True
 
     def give_up(self, tasks: Collection[Any]) -> list[tuple[int, int]]:
         """Cancel the attempts run by ``tasks`` (still held); their (job id, run_lease) to release."""
         with self.lock:
             mine = [c for c in self.by_id.values() if c._task in tasks]
             for ctx in mine:
-                ctx._cancelled.set()
+                ctx._cancelled = True
             return [(c.id, c.run_lease) for c in mine]
 
     def forget(self, ids: list[int]) -> None:

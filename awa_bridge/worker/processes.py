@@ -41,7 +41,7 @@ POLL_SLICE = 0.1  # how often a waiting handler thread looks at the attempt's st
 READY = "ready"  # a new child's first message: its interpreter is up, so the attempt's clock starts
 # What a child reports: the outcome (with raw=True: what the function returned), and what the
 # handler recorded on its job.
-Carried = tuple[Any, Any, bool, dict[str, Any], str | None]
+Carried = tuple[Any, Any, bool, dict[str, Any] | None, str | None]
 JOB_FIELDS = (
     "id",
     "kind",
@@ -227,7 +227,7 @@ def apply_recorded(job: JobContext, carried: Carried) -> None:
         job._progress_dirty = True
     if metadata_patch:
         job.metadata.update(metadata_patch)
-        job._metadata_patch.update(metadata_patch)
+        job._metadata_patch = {**(job._metadata_patch or {}), **metadata_patch}
     job._result_json = result_json
 
 

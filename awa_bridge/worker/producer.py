@@ -54,6 +54,7 @@ class QueueState:
     pending: int = 0  # slots reserved by claims in flight
     bucket: TokenBucket | None = None
     next_aging: float = 0.0
+    refill: int = 1  # free slots at which a freed one wakes the producer while a backlog remains (Slots)
 
     def __post_init__(self) -> None:
         if self.config.max_rate is not None:
@@ -93,6 +94,8 @@ class Slots:
         self.queues = list(queues)
         self.claim_batch = claim_batch
         self.global_max = global_max
+        for state in self.queues:  # a quarter of a claim: smaller claims would cost a round trip each
+            state.refill = max(1, min(claim_batch, state.config.max_workers) // 4)
         # Whether the outcomes of returned handlers wait to be written in such number that
         # nothing more may be claimed (the runtime sets the completer's ``congested``).
         self.congested: Callable[[], bool] = lambda: False
@@ -113,9 +116,7 @@ class Slots:
     def free(self, state: QueueState) -> None:
         """An attempt's handler has really returned: its slot is free again."""
         state.running -= 1
-        if (state.backlog or state.wanted) and state.free >= max(
-            1, min(self.claim_batch, state.config.max_workers) // 4
-        ):
+        if (state.backlog or state.wanted) and state.free >= state.refill:
             state.wake.set()
         if self.global_max is not None:
             # A slot freed under the global limit may be another queue's to take.
@@ -255,7 +256,8 @@ class Producer:
 
     def _moved_to(self, rows: list[Any], continued: bool) -> None:
         """Remember the last dispatch key claimed; a claim from the start sets it afresh."""
-        last = max((row["priority"], row["run_at"], row["id"]) for row in rows)
+        priority, run_at, job_id = max((row["priority"], row["run_at_epoch"], row["id"]) for row in rows)
+        last = (priority, datetime.fromtimestamp(run_at, UTC), job_id)
         if continued and self.mark is not None:
             last = max(last, self.mark)
         else:

@@ -46,16 +46,20 @@ class Rollup:
         self._minute = datetime.fromtimestamp(0, UTC)
         self._minute_ends = 0.0  # time.time() at which _minute is over
 
-    def count(self, queue: str, label: str) -> None:
-        """One outcome written for a job of ``queue`` (called on the event loop, no I/O)."""
-        column = COLUMNS.get(label)
-        if column is not None:
-            now = time.time()
-            if now >= self._minute_ends:  # the current minute's key, made once a minute
-                start = now - now % 60
-                self._minute = datetime.fromtimestamp(start, UTC)
-                self._minute_ends = start + 60
-            self.counts[(queue, self._minute)][column] += 1
+    def count(self, tally: dict[tuple[str, str], int]) -> None:
+        """Outcomes written, as ``{(queue, outcome label): how many}`` (on the event loop, no I/O).
+
+        Called once per completed batch, not once per job: the minute's key is
+        made (and hashed into the counts) once per batch."""
+        now = time.time()
+        if now >= self._minute_ends:  # the current minute's key, made once a minute
+            start = now - now % 60
+            self._minute = datetime.fromtimestamp(start, UTC)
+            self._minute_ends = start + 60
+        for (queue, label), n in tally.items():
+            column = COLUMNS.get(label)
+            if column is not None:
+                self.counts[(queue, self._minute)][column] += n
 
     async def flush(self) -> None:
         """Write what was counted since the last flush in one upsert (kept for the next try on failure)."""

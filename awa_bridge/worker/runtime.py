@@ -32,6 +32,7 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ..drivers.connect import create_pool
@@ -263,6 +264,7 @@ class Runtime:
         """Start an attempt for each row of one claim."""
         handle = self.handle
         queue = state.name
+        deadline_at = datetime.fromtimestamp(rows[0]["deadline_epoch"], UTC)  # the same for every row
         contexts = [
             JobContext(
                 id=row["id"],
@@ -274,10 +276,10 @@ class Runtime:
                 max_attempts=row["max_attempts"],
                 priority=row["priority"],
                 metadata=decode_json(row["metadata"]),
-                tags=list(row["tags"]),
+                tags=row["tags"],  # asyncpg decodes an array into a new list
                 run_lease=row["run_lease"],
                 progress=json.loads(row["progress"]) if row["progress"] else None,
-                deadline_at=row["deadline_at"],
+                deadline_at=deadline_at,
                 _handle=handle,
             )
             for row, raw_args in zip(rows, decode_json_texts([row["args"] for row in rows]), strict=True)
@@ -321,7 +323,8 @@ class Runtime:
     def finished(self, results: list[tuple[JobContext, Outcome, bool]]) -> None:
         """Outcomes written (``applied``) or found superseded: stop holding them, count, log, fire hooks."""
         self.held.drop_many([ctx for ctx, _, _ in results])
-        count, fire = self.rollup.count, self.hooks.fire
+        tally: dict[tuple[str, str], int] = {}
+        listeners = self.hooks.listeners
         for ctx, outcome, applied in results:
             if not applied:
                 log.warning(
@@ -333,10 +336,13 @@ class Runtime:
                     ctx.run_lease,
                 )
                 continue
-            count(ctx.queue, outcome.label)
+            key = (ctx.queue, outcome.label)
+            tally[key] = tally.get(key, 0) + 1
             if outcome is not COMPLETED:  # a plain completion is not logged
                 log_outcome(log, ctx, outcome)
-            fire(outcome.label, ctx)
+            if listeners.get(outcome.label):
+                self.hooks.fire(outcome.label, ctx)
+        self.rollup.count(tally)
 
     def abandon(self, ctx: JobContext) -> None:
         """Stop holding an attempt whose outcome cannot be written (the leader will rescue it)."""

@@ -10,6 +10,7 @@ the same end state: the SQL does not depend on the driver.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -28,15 +29,15 @@ def three_jobs(url: str) -> list[int]:
 
 
 def comparable(row: dict[str, Any]) -> dict[str, Any]:
-    """A claimed row with its clock-dependent values replaced by their types (still compared)."""
-    clock = ("deadline_at", "run_at")
-    return {k: type(v).__name__ + ("+tz" if v.tzinfo else "") if k in clock else v for k, v in row.items()}
+    """A claimed row with its clock-dependent values (seconds since the epoch) replaced by their types."""
+    clock = ("deadline_epoch", "run_at_epoch")
+    return {k: type(v).__name__ if k in clock else v for k, v in row.items()}
 
 
 def claimed(first: int, second: int) -> list[dict[str, Any]]:
     """What ``claim_jobs`` with limit 2 returns on the three jobs (by id), whatever the driver."""
     common = {"kind": "work", "attempt": 1, "max_attempts": 25, "run_lease": 1, "progress": None}
-    common |= {"deadline_at": "datetime+tz", "run_at": "datetime+tz"}
+    common |= {"deadline_epoch": "float", "run_at_epoch": "float"}
     return [
         {**common, "id": first, "args": '{"n": 1, "s": "é"}', "priority": 2, "metadata": "{}", "tags": ["t"]},
         {**common, "id": second, "args": '{"n": 2}', "priority": 1, "metadata": '{"m": 1}', "tags": []},
@@ -48,6 +49,9 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     await handle.begin()
     got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 2, "deadline_seconds": 30.0, **CLAIMER})
     assert sorted((comparable(row) for row in got), key=lambda row: row["id"]) == claimed(low, high)
+    # The claim's now() plus its deadline of 30 s, the same for both rows; each job's own run_at, before it.
+    assert len({row["deadline_epoch"] for row in got}) == 1
+    assert all(row["run_at_epoch"] <= row["deadline_epoch"] - 30 <= time.time() + 1 for row in got)
     await handle.commit()
     assert states(db_url) == {low: "running", high: "running", last: "available"}
     await handle.begin()
