@@ -30,7 +30,6 @@ import asyncio
 import os
 import shutil
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -38,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_procs as bp
 import bench_worker as bw
-from count_enqueue_instructions import callgrind
+from count_enqueue_instructions import callgrind, throwaway_database
 
 from awa_bridge.worker.config import DEFAULT_CLAIM_BATCH
 
@@ -120,14 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("valgrind is not installed")
     if args.large <= args.small:
         parser.error("--large must be more than --small")
-    name = f"awa_countdrain_{os.getpid()}"
-    with psycopg.connect(args.database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        count(args, urlunsplit(urlsplit(args.database_url)._replace(path="/" + name)))
-    finally:
-        with psycopg.connect(args.database_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database(args.database_url, f"awa_countdrain_{os.getpid()}") as url:
+        count(args, url)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -160,13 +161,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
-    name = f"awa_count_{os.getpid()}"
-    with psycopg.connect(args.database_url, autocommit=True) as conn:
+    with throwaway_database(args.database_url, f"awa_count_{os.getpid()}") as url:
+        count(args, url)
+
+
+@contextlib.contextmanager
+def throwaway_database(server_url: str, name: str) -> Iterator[str]:
+    """Create database ``name`` on ``server_url``'s server, yield its URL, drop it (also after an error)."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        count(args, urlunsplit(urlsplit(args.database_url)._replace(path="/" + name)))
+        yield urlunsplit(urlsplit(server_url)._replace(path="/" + name))
     finally:
-        with psycopg.connect(args.database_url, autocommit=True) as conn:
+        with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -236,26 +236,19 @@ class ClaimDeadline:
 
     __slots__ = ("contexts", "left", "timer")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, contexts: list[JobContext]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, contexts: list[JobContext], deadline: float) -> None:
+        """``deadline``: the claim's ``deadline_at`` as a ``time.time()`` value."""
         self.contexts = contexts
         self.left = len(contexts)
-        deadline_at = contexts[0].deadline_at
-        self.timer = None
-        if deadline_at is not None:
-            deadline = deadline_at.timestamp()
-            self.timer = loop.call_later(max(deadline - time.time(), 0.0), self.expire)
-            for ctx in contexts:
-                ctx._claim, ctx._deadline = self, deadline
-        else:
-            for ctx in contexts:
-                ctx._claim = self
+        self.timer = loop.call_later(max(deadline - time.time(), 0.0), self.expire)
+        for ctx in contexts:
+            ctx._claim, ctx._deadline = self, deadline
 
     def ended(self) -> None:
         """One attempt of the claim ended (its handler returned, or it never started)."""
         self.left -= 1
         if self.left == 0:
-            if self.timer is not None:
-                self.timer.cancel()
+            self.timer.cancel()
             self.contexts = []
 
     def expire(self) -> None:

@@ -264,7 +264,8 @@ class Runtime:
         """Start an attempt for each row of one claim."""
         handle = self.handle
         queue = state.name
-        deadline_at = datetime.fromtimestamp(rows[0]["deadline_epoch"], UTC)  # the same for every row
+        deadline = rows[0]["deadline_epoch"]  # the same for every row of a claim
+        deadline_at = datetime.fromtimestamp(deadline, UTC)
         contexts = [
             JobContext(
                 id=row["id"],
@@ -284,7 +285,7 @@ class Runtime:
             )
             for row, raw_args in zip(rows, decode_json_texts([row["args"] for row in rows]), strict=True)
         ]
-        ClaimDeadline(self.loop, contexts)
+        ClaimDeadline(self.loop, contexts, deadline)
         self.held.add_many(contexts)
         state.running += len(contexts)
         start, attempts = self.start_task, self.attempts
