@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -79,3 +80,22 @@ def test_canonical_json_sorts_keys_and_keeps_unicode() -> None:
     assert canonical_json({"b": 1, "a": ["é", None, True]}) == '{"a":["é",null,true],"b":1}'
     assert canonical_json({"n": -(2**63)}) == '{"n":-9223372036854775808}'
     assert canonical_json({"x": {"v": 1e-7}}) == '{"x":{"v":1e-7}}'
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        "plain",
+        {"z": 1, "a": {"y": [1, 2.5, -3, True, None], "b": ""}},
+        {'quote"back\\slash': "line\nbreak\ttab\u2028sep\u0001ctl"},
+        {"ünï": "çødé 😀", "emoji😀": ["é"]},
+        {"t": (1, "two", (3.0,))},
+        {"big": 2**63 - 1, "f": 1e20, "g": -0.5},
+    ],
+)
+def test_canonical_json_is_json_dumps_sorted_compact_and_unescaped(value: object) -> None:
+    """The encoder built once (CPython's C one) writes what ``json.dumps`` writes with the same options."""
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    assert canonical_json(value) == expected

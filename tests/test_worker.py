@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ import pytest
 import awa_bridge
 from awa_bridge.worker import Cancel, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
 from awa_bridge.worker.config import QueueConfig
+from awa_bridge.worker.context import JobContext
 
 from .waiting import insert, job_row, job_state, recording_claims, wait_until
 
@@ -81,6 +83,26 @@ async def test_one_claim_of_many_jobs_gives_each_handler_its_own_args(make_clien
             "SELECT max(cardinality(job_ids)) FROM awa.job_claims WHERE job_ids && %s::bigint[]", (ids,)
         ).fetchone()
     assert largest is not None and largest[0] > 1  # several jobs came in one claim
+
+
+async def test_a_claimed_job_is_a_whole_job_context(make_client, db_url: str) -> None:
+    """The worker fills a claimed JobContext's instance dict itself, bypassing the dataclass
+    __init__: every field must be there, so repr, == and dataclasses.replace still work."""
+    client = make_client()
+    seen: list[JobContext] = []
+
+    @client.task(Greet)
+    async def greet(job):
+        seen.append(job)
+
+    insert(db_url, Greet("ada"), tags=["t"])
+    await client.start(["default:4"])
+    await wait_until(lambda: len(seen) == 1)
+    job = seen[0]
+    assert {f.name for f in dataclasses.fields(JobContext)} <= set(vars(job))
+    copy = dataclasses.replace(job)
+    assert copy == job and repr(copy) == repr(job)
+    assert (job.args, job.tags, job.conn, job.callback_id, job.attached) == (Greet("ada"), ["t"], None, None, True)
 
 
 async def test_exception_retries_with_backoff_then_fails(make_client, db_url: str) -> None:
