@@ -99,8 +99,8 @@ class PreparedJob:
                 "id": row["id"],
                 "kind": self.kind,
                 "queue": self.queue,
-                # Sorted: the key order json.loads of the canonical (sort_keys) JSON gave before.
-                "args": dict(sorted(args.items())) if args is not None else decode_json(self.args_json),
+                # A copy in the caller's key order (sorting it was a fifth of this method).
+                "args": dict(args) if args is not None else decode_json(self.args_json),
                 "state": self.state,
                 "priority": self.priority,
                 "max_attempts": self.max_attempts,
@@ -183,9 +183,13 @@ def prepare_job(
             raise ValidationError("kind", "dict args need an explicit kind= (for example kind='send_email')")
         kind = derived_kind
     check_name("kind", kind)
-    check_name("queue", queue)
-    check_int("priority", priority, *PRIORITY_RANGE)
-    check_int("max_attempts", max_attempts, *MAX_ATTEMPTS_RANGE)
+    # A default is the module's own constant (the very object), valid by construction: not re-checked.
+    if queue is not DEFAULT_QUEUE:
+        check_name("queue", queue)
+    if priority is not DEFAULT_PRIORITY:
+        check_int("priority", priority, *PRIORITY_RANGE)
+    if max_attempts is not DEFAULT_MAX_ATTEMPTS:
+        check_int("max_attempts", max_attempts, *MAX_ATTEMPTS_RANGE)
     args_json = canonical_json(data, "args")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", f"must be a dict, got {type(metadata).__name__}")

@@ -3,7 +3,7 @@
 ``insert_job`` builds that ``Job`` from the values it sent (flat args without
 re-parsing their JSON) and only the id and times from the database, so every
 kind of args and option is compared here with the row read back through
-``row_to_job``, and with the args the worker decodes, key order included.
+``row_to_job``, and with the args the worker decodes.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ def test_the_returned_job_is_the_row_written(db_url: str, args: Any, opts: dict[
     read_back = row_to_job(row)
     assert job == dataclasses.replace(read_back, args=job.args)
     assert job.args == json.loads(args_text)
-    assert list(job.args) == sorted(job.args)  # the key order of the canonical JSON, as before
+    given = dataclasses.asdict(args) if dataclasses.is_dataclass(args) else args
+    if all(not isinstance(value, (dict, list)) for value in given.values()):
+        assert list(job.args) == list(given)  # flat args: a copy, in the caller's key order
     if isinstance(args, dict):
         assert job.args is not args
