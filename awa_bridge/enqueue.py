@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 from .args import canonical_json, coerce_args
 from .conntypes import AsyncConnection, SyncConnection
 from .drivers import detect_async, detect_sync, is_async_connection
-from .drivers.base import AsyncDriver, Row, SyncDriver
+from .drivers.base import AsyncDriver, Row, RowLike, SyncDriver
 from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
 from .foreign import UNIQUE_BULK_REFUSAL, check_async, check_sync
 from .sql import QUERIES, Query
@@ -54,17 +54,18 @@ class PreparedJob:
     ordering_key: bytes | None
 
     def statement(self) -> tuple[Query, dict[str, Any]]:
-        """The insert and its parameters: ``insert_plain_job`` for a job available now with no tags,
-        unique key or ordering key (most jobs: half the parameters to send), else ``insert_job``."""
-        if self.run_at is None and not self.tags and self.unique_key is None and self.ordering_key is None:
-            return _INSERT_PLAIN, {
-                "kind": self.kind,
-                "queue": self.queue,
-                "args": self.args_json,
-                "priority": self.priority,
-                "max_attempts": self.max_attempts,
-                "metadata": self.metadata_json,
-            }
+        """The insert and its parameters: ``insert_plain_job`` for a job available now with every
+        other option at its default (most jobs: three parameters instead of twelve), else ``insert_job``."""
+        if (
+            self.run_at is None
+            and self.priority == DEFAULT_PRIORITY
+            and self.max_attempts == DEFAULT_MAX_ATTEMPTS
+            and self.metadata_json == "{}"
+            and not self.tags
+            and self.unique_key is None
+            and self.ordering_key is None
+        ):
+            return _INSERT_PLAIN, {"kind": self.kind, "queue": self.queue, "args": self.args_json}
         return QUERIES["insert_job"], self.params()
 
     def params(self) -> dict[str, Any]:
@@ -84,7 +85,7 @@ class PreparedJob:
             "ordering_key": self.ordering_key,
         }
 
-    def inserted(self, row: Row) -> Job:
+    def inserted(self, row: RowLike) -> Job:
         """The ``Job`` this insert created: the database's id and times, our own values for the rest.
 
         The args come from the data ``prepare_job`` encoded when that data is
@@ -359,13 +360,14 @@ def _insert_sync(driver: SyncDriver, prepared: PreparedJob) -> Job:
 
 async def _insert_async(driver: AsyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = await driver.fetch_all(*prepared.statement())
+        row = await driver.fetch_one(*prepared.statement())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:
             raise
         raise mapped from exc
-    return prepared.inserted(rows[0])
+    assert row is not None  # the function returns one row or raises
+    return prepared.inserted(row)
 
 
 # -- bulk -------------------------------------------------------------------

@@ -36,32 +36,42 @@ from awa_bridge.sql import QUERIES
 ARGS_JSON = """'{"n": %d, "to": "a@example.com", "subject": "Hi"}'"""
 
 
-def _plain_job_in_from() -> str:
-    """``insert_plain_job`` as it was sent before 2026-12-03: the function called in FROM."""
-    inner = QUERIES["insert_plain_job"].numeric
-    call = inner[inner.index("awa.insert_job_compat(") : inner.rindex(") AS j OFFSET 0")]
-    return f"SELECT id, run_at, created_at FROM {call})"
-
+# insert_plain_job as it was sent before 2026-12-03 evening: six parameters, the
+# defaults of priority, max_attempts and metadata sent rather than left to the function.
+_SIX_PARAMETERS_CALL = """awa.insert_job_compat(
+    p_kind => CAST($1 AS text), p_queue => CAST($2 AS text), p_args => CAST($3 AS jsonb),
+    p_priority => CAST($4 AS smallint), p_max_attempts => CAST($5 AS smallint),
+    p_metadata => CAST($6 AS jsonb))"""
+_THREE = "'send_email', 'bench', " + ARGS_JSON
+_SIX = _THREE + ", 2, 25, '{}'"
 
 CASES: dict[str, tuple[str, str]] = {
     # case -> (PREPARE body, EXECUTE arguments with %d for the call number)
     "bare INSERT (kind, queue, args) RETURNING id": (
         "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, CAST($3 AS jsonb)) RETURNING id",
-        "'send_email', 'bench', " + ARGS_JSON,
+        _THREE,
     ),
-    "bare INSERT of insert_job's six columns RETURNING id, run_at, created_at": (
+    "bare INSERT (kind, queue, args) RETURNING id, run_at, created_at": (
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, CAST($3 AS jsonb)) RETURNING id, run_at, created_at",
+        _THREE,
+    ),
+    "bare INSERT of six columns (kind ... metadata) RETURNING id, run_at, created_at": (
         "INSERT INTO awa.jobs (kind, queue, args, priority, max_attempts, metadata) VALUES "
         "($1, $2, CAST($3 AS jsonb), CAST($4 AS smallint), CAST($5 AS smallint), CAST($6 AS jsonb)) "
         "RETURNING id, run_at, created_at",
-        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+        _SIX,
     ),
-    "awa.insert_job_compat in FROM (insert_job before 2026-12-03)": (
-        _plain_job_in_from(),
-        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+    "awa.insert_job_compat, six parameters, in FROM (insert_job before 2026-12-03)": (
+        f"SELECT id, run_at, created_at FROM {_SIX_PARAMETERS_CALL}",
+        _SIX,
     ),
-    "awa.insert_job_compat in a select list (insert_job's insert_plain_job)": (
+    "awa.insert_job_compat, six parameters, in a select list (2026-12-03)": (
+        f"SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT {_SIX_PARAMETERS_CALL} AS j OFFSET 0) AS inserted",
+        _SIX,
+    ),
+    "awa.insert_job_compat, three parameters, in a select list (insert_job's insert_plain_job)": (
         QUERIES["insert_plain_job"].numeric,
-        "'send_email', 'bench', " + ARGS_JSON + ", 2, 25, '{}'",
+        _THREE,
     ),
 }
 

@@ -5,8 +5,10 @@ Two layers:
 * ``SyncDriver`` / ``AsyncDriver``: what every supported caller connection
   offers (asyncpg, psycopg, SQLAlchemy, Django): ``fetch_all`` (a named
   ``Query`` -> rows as dicts), ``execute`` (rows not read), ``copy_rows``
-  (COPY into a table), and for sync connections ``execute_script`` (a whole
-  SQL file, several statements, no parameters: the migrations).
+  (COPY into a table), for async connections ``fetch_one`` (the first row
+  read by column name: the single enqueue's one row, with no copy on
+  asyncpg), and for sync connections ``execute_script`` (a whole SQL file,
+  several statements, no parameters: the migrations).
 * The connections the bridge opens itself (``connect.py``) are asyncpg for the
   worker and psycopg for the CLI, the heartbeat and migrations. Their adapters
   (``Asyncpg``, ``PsycopgSync``) add what the worker needs: ``fetch`` (rows
@@ -17,12 +19,18 @@ Two layers:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from ..sql import Query
 
 Row = dict[str, Any]
+
+
+class RowLike(Protocol):
+    """A row read by column name: a ``Row``, or asyncpg's ``Record`` as it comes."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 class SyncDriver(Protocol):
@@ -45,6 +53,10 @@ class AsyncDriver(Protocol):
     name: str
 
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]: ...
+
+    def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Awaitable[RowLike | None]:
+        """The first row (read by column name), or None: asyncpg's own awaitable, with no copy."""
+        ...
 
     async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None: ...
 

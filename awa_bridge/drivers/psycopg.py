@@ -111,6 +111,10 @@ class PsycopgAsync:
             for row in rows:
                 await copy.write_row(row)
 
+    async def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
+        rows = await self.fetch_all(query, params)
+        return rows[0] if rows else None
+
     async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         await self.conn.execute(query.pyformat, params)
 

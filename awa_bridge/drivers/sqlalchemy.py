@@ -90,6 +90,10 @@ class SQLAlchemyAsync:
         result = await self.conn.execute(_text(query), params or {})
         return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
+    async def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
+        rows = await self.fetch_all(query, params)
+        return rows[0] if rows else None
+
     async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         await self.conn.execute(_text(query), params or {})
 

@@ -32,17 +32,17 @@ FROM (SELECT awa.insert_job_compat(
 ) AS j OFFSET 0) AS inserted
 
 -- name: insert_plain_job
--- insert_job for the common job: available now, no tags, no unique key, no
--- ordering key. The same function, its other arguments left to their
--- defaults: half the parameters for the driver to encode on every call.
+-- insert_job for the common job: available now, at the default priority and
+-- max_attempts, with no metadata, tags, unique key or ordering key. The same
+-- function with only kind, queue and args given, the rest left to its
+-- defaults: a quarter of the parameters for the driver to encode and for
+-- the server to cast (about 29,000 fewer server instructions than sending
+-- the defaults, count_insert_server_instructions.py).
 SELECT (j).id, (j).run_at, (j).created_at
 FROM (SELECT awa.insert_job_compat(
     p_kind => CAST(%(kind)s AS text),
     p_queue => CAST(%(queue)s AS text),
-    p_args => CAST(%(args)s AS jsonb),
-    p_priority => CAST(%(priority)s AS smallint),
-    p_max_attempts => CAST(%(max_attempts)s AS smallint),
-    p_metadata => CAST(%(metadata)s AS jsonb)
+    p_args => CAST(%(args)s AS jsonb)
 ) AS j OFFSET 0) AS inserted
 
 -- name: create_insert_stage
