@@ -18,6 +18,7 @@ import awa_bridge
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client
+from awa_bridge.worker.completer import int_array
 from awa_bridge.worker.producer import claim_after
 
 from .waiting import wait_until
@@ -62,7 +63,7 @@ def test_one_claim_row_per_claim_statement_names_the_worker_of_every_job_it_clai
     assert sorted(r["id"] for r in claimed) == jobs
     assert count(db_url, "SELECT count(*) FROM awa.job_claims") == 1
     assert count(db_url, "SELECT count(*) FROM awa.job_attempts") == 0  # nothing per job on the hot path
-    run(db_url, "complete_jobs", ids=jobs[:1], leases=[1])
+    run(db_url, "complete_jobs", ids=int_array(jobs[:1]), leases="{1}")
     for job_id in jobs:  # running or completed: the claim that started it
         assert attempts(db_url, job_id) == [(1, "host-a/1", False, False)]
     assert claim(db_url, A) == []
@@ -98,7 +99,7 @@ def test_an_attempt_that_ends_otherwise_gets_its_own_row_with_its_worker(db_url:
 def test_a_claim_row_is_pruned_once_no_retained_job_needs_it(db_url: str) -> None:
     done, moved_on = enqueue(db_url, 2)
     claim(db_url, A)
-    run(db_url, "complete_jobs", ids=[done], leases=[1])
+    run(db_url, "complete_jobs", ids=int_array([done]), leases="{1}")
     run(
         db_url,
         "finish_attempt",

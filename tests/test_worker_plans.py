@@ -45,7 +45,7 @@ WORKER_POOL_STATEMENTS: dict[str, dict[str, Any]] = {
         "after_id": 1000,
     },
     "age_priorities": {"queue": "q", "aging_seconds": 60.0, "limit": 1000},
-    "complete_jobs": {"ids": [1, 2, 3], "leases": [1, 1, 1]},
+    "complete_jobs": {"ids": "{1,2,3}", "leases": "{1,1,1}"},  # array literals, as the completer sends
     "complete_job_with_progress": {**LEASE, **PROGRESS},
     "complete_job_with_result": {**LEASE, **PROGRESS, "result": "{}"},
     "finish_attempt": {

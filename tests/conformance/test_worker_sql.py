@@ -15,6 +15,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from awa_bridge.worker.completer import int_array
+
 from ..drivers import Handle
 from .support import CLAIMER, insert, rows, run_statement, states
 
@@ -57,9 +59,9 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     await handle.begin()
     beat = await run_statement(handle, "heartbeat_jobs", {"ids": [low, high, last], "leases": [1, 1, 1]})
     assert sorted(row["id"] for row in beat) == [low, high]
-    done = await run_statement(handle, "complete_jobs", {"ids": [low, high], "leases": [1, 0]})
+    done = await run_statement(handle, "complete_jobs", {"ids": int_array([low, high]), "leases": "{1,0}"})
     assert done == [{"id": low}], "a stale lease completes nothing"
-    stale = await run_statement(handle, "complete_jobs", {"ids": [low], "leases": [1]})
+    stale = await run_statement(handle, "complete_jobs", {"ids": int_array([low]), "leases": "{1}"})
     assert stale == [], "a completed job is not completed twice"
     progress = {"id": high, "lease": 1, "progress": '{"done": 2}', "metadata": '{"k": "v"}'}
     assert await run_statement(handle, "complete_job_with_progress", progress) == [{"id": high}]
