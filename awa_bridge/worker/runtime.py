@@ -303,7 +303,7 @@ class Runtime:
 
     async def _execute(self, state: QueueState, ctx: JobContext) -> None:
         try:
-            outcome = await run_attempt(self.executor, self.registry.handlers.get(ctx.kind), ctx)
+            outcome = await run_attempt(self.executor, self.registry.get(ctx.kind), ctx)
         except asyncio.CancelledError:
             return  # released at shutdown
         except Exception as exc:  # the runtime itself failed (e.g. the database went away)
