@@ -126,8 +126,7 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
     if handler is None:
         return failed_at_once(ctx, f"unknown job kind {ctx.kind!r}: no handler is registered for it")
     try:
-        # A handler of the args dict takes it as decoded: no call.
-        ctx.args = ctx.raw_args if handler.args_type is None else handler.decode(ctx.raw_args)
+        ctx.args = handler.decode(ctx.raw_args)
     except ArgsDecodeError as exc:
         return failed_at_once(ctx, str(exc), exc)
     try:

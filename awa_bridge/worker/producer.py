@@ -120,8 +120,7 @@ class Slots:
     def free(self, state: QueueState) -> None:
         """An attempt's handler has really returned: its slot is free again."""
         state.running -= 1
-        # ``state.free`` spelled out: called once per job, a property call fewer.
-        if (state.backlog or state.wanted) and state.config.max_workers - state.running - state.pending >= state.refill:
+        if (state.backlog or state.wanted) and state.free >= state.refill:
             state.wake.set()
         if self.global_max is not None:
             # A slot freed under the global limit may be another queue's to take.

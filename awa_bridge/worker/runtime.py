@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..drivers.connect import create_pool
-from ..enqueue import decode_json_texts
+from ..enqueue import decode_json, decode_json_texts
 from ..errors import ValidationError
 from ..foreign import WORKER_REFUSAL, check_async
 from ..migrations import require_schema_async
@@ -281,8 +281,7 @@ class Runtime:
                 "attempt": row["attempt"],
                 "max_attempts": row["max_attempts"],
                 "priority": row["priority"],
-                # decode_json's shortcut for the common empty metadata, inline: a call fewer per job.
-                "metadata": {} if (metadata := row["metadata"]) == "{}" else json.loads(metadata),
+                "metadata": decode_json(row["metadata"]),
                 "tags": row["tags"],  # asyncpg decodes an array into a new list
                 "run_lease": row["run_lease"],
                 "progress": json.loads(row["progress"]) if row["progress"] else None,
