@@ -287,7 +287,10 @@ def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any
     [
         ("tx_effect", b"COMMIT", b"COMMIT\x00"),  # sync transactional (psycopg)
         ("tx_effect_async", b"COMMIT", b"COMMIT\x00"),  # async transactional (asyncpg)
-        ("ledger", b"SET state = 'completed', finalized_at", b"UPDATE "),  # the batched completion
+        # The batched completion: its one row comes back through fetchrow, whose Execute stops at one
+        # row (PortalSuspended, "s"), then ReadyForQuery ("Z"), sent after the commit. Not "SELECT 1":
+        # asyncpg's type lookup on first use, before the statement runs, answers that too.
+        ("ledger", b"SET state = 'completed', finalized_at", b"s\x00\x00\x00\x04Z"),
     ],
 )
 def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(

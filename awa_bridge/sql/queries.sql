@@ -189,11 +189,17 @@ FROM claimed
 -- rather than lists: asyncpg checks each element of a list parameter against
 -- collections.abc.Iterable, a Python-level ABC call per element, which was
 -- 3% of the worker's instructions per drained job.
-UPDATE awa.jobs AS j
-SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
-FROM unnest(CAST(CAST(%(ids)s AS text) AS bigint[]), CAST(CAST(%(leases)s AS text) AS bigint[])) AS d(id, lease)
-WHERE j.id = d.id AND j.run_lease = d.lease AND j.state::text = 'running'
-RETURNING j.id
+-- The ids completed come back as one array in one row (NULL for none), not a
+-- row each: asyncpg makes a Record of every row, about 2,200 instructions per
+-- job against 600 for the array.
+WITH done AS (
+    UPDATE awa.jobs AS j
+    SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
+    FROM unnest(CAST(CAST(%(ids)s AS text) AS bigint[]), CAST(CAST(%(leases)s AS text) AS bigint[])) AS d(id, lease)
+    WHERE j.id = d.id AND j.run_lease = d.lease AND j.state::text = 'running'
+    RETURNING j.id
+)
+SELECT array_agg(id) AS ids FROM done
 
 -- fragment: attempt_fence
 -- The row of one attempt a worker holds: the job, under its run_lease, still

@@ -210,8 +210,8 @@ class Completer:
                     "ids": int_array([c.id for c, _ in simple]),
                     "leases": int_array([c.run_lease for c, _ in simple]),
                 }
-                rows = await db.fetch(QUERIES["complete_jobs"], params)
-                done = {row["id"] for row in rows}
+                row = await db.fetch_one(QUERIES["complete_jobs"], params)
+                done = set(row["ids"] or ()) if row is not None else set()
             results = [(c, o, c.id in done) for c, o in simple]
             for ctx, outcome in single:
                 results.append((ctx, outcome, await finalize_one(db, ctx, outcome)))

@@ -44,8 +44,27 @@ def claim_after(key: tuple[int, datetime, int] = FROM_THE_START) -> dict[str, An
 # backlog (the previous claim filled its batch).
 CLAIMS_IN_FLIGHT = 2
 
-# A claimed row's dispatch key (priority, run_at, id), read by asyncpg's Record in C.
-_DISPATCH_KEY = operator.itemgetter("priority", "run_at_epoch", "id")
+# The columns of a claim_jobs row, in the statement's order. The runtime unpacks
+# each row by position (Runtime._dispatch): asyncpg's Record looks a column up by
+# name at about 300 instructions a time, twelve per job; tests/conformance/
+# test_worker_sql.py checks the statement against this tuple.
+CLAIM_COLUMNS = (
+    "id",
+    "kind",
+    "args",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_lease",
+    "metadata",
+    "tags",
+    "progress",
+    "deadline_epoch",
+    "run_at_epoch",
+)
+
+# A claimed row's dispatch key (priority, run_at, id), read by position in C.
+_DISPATCH_KEY = operator.itemgetter(*map(CLAIM_COLUMNS.index, ("priority", "run_at_epoch", "id")))
 
 
 @dataclass

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..drivers.connect import create_pool
-from ..enqueue import decode_json, decode_json_texts
+from ..enqueue import decode_json_texts
 from ..errors import ValidationError
 from ..foreign import WORKER_REFUSAL, check_async
 from ..migrations import require_schema_async
@@ -54,12 +54,14 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .outcomes import COMPLETED, Outcome, error_record, log_outcome
 from .pools import HandlerPools
-from .producer import Producer, QueueState, Slots
+from .producer import CLAIM_COLUMNS, Producer, QueueState, Slots
 from .registry import Registry
 from .rollup import Rollup
 from .threads import DaemonThreadPool
 
 log = logging.getLogger("awa_bridge.worker")
+
+_ARGS, _METADATA, _DEADLINE = map(CLAIM_COLUMNS.index, ("args", "metadata", "deadline_epoch"))
 
 
 class Runtime:
@@ -261,30 +263,34 @@ class Runtime:
     # -- attempts ------------------------------------------------------------
 
     def _dispatch(self, state: QueueState, rows: list[Any]) -> None:
-        """Start an attempt for each row of one claim."""
+        """Start an attempt for each row of one claim (its columns: producer.CLAIM_COLUMNS, by position)."""
         handle = self.handle
         queue = state.name
-        deadline = rows[0]["deadline_epoch"]  # the same for every row of a claim
+        deadline = rows[0][_DEADLINE]  # the same for every row of a claim
         deadline_at = datetime.fromtimestamp(deadline, UTC)
         # Each JobContext is its field values set as its instance dict (one dict display), not
         # the dataclass __init__ called with fourteen keywords: a sixth fewer instructions per job.
+        # The args and the metadata of the whole claim are each decoded in one parser call.
         contexts: list[JobContext] = []
         append, new = contexts.append, object.__new__
-        for row, raw_args in zip(rows, decode_json_texts([row["args"] for row in rows]), strict=True):
+        decoded_args = decode_json_texts([row[_ARGS] for row in rows])
+        decoded_metadata = decode_json_texts([row[_METADATA] for row in rows])
+        for row, raw_args, metadata in zip(rows, decoded_args, decoded_metadata, strict=True):
+            job_id, kind, _, priority, attempt, max_attempts, run_lease, _, tags, progress, _, _ = row
             ctx = new(JobContext)
             ctx.__dict__ = {
-                "id": row["id"],
-                "kind": row["kind"],
+                "id": job_id,
+                "kind": kind,
                 "queue": queue,
                 "args": None,
                 "raw_args": raw_args,
-                "attempt": row["attempt"],
-                "max_attempts": row["max_attempts"],
-                "priority": row["priority"],
-                "metadata": decode_json(row["metadata"]),
-                "tags": row["tags"],  # asyncpg decodes an array into a new list
-                "run_lease": row["run_lease"],
-                "progress": json.loads(row["progress"]) if row["progress"] else None,
+                "attempt": attempt,
+                "max_attempts": max_attempts,
+                "priority": priority,
+                "metadata": metadata,
+                "tags": tags,  # asyncpg decodes an array into a new list
+                "run_lease": run_lease,
+                "progress": json.loads(progress) if progress else None,
                 "deadline_at": deadline_at,
                 "conn": None,
                 "_handle": handle,

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awa_bridge.worker.completer import int_array
+from awa_bridge.worker.producer import CLAIM_COLUMNS
 
 from ..drivers import Handle
 from .support import CLAIMER, insert, rows, run_statement, states
@@ -52,6 +53,7 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 2, "deadline_seconds": 30.0, **CLAIMER})
     assert sorted((comparable(row) for row in got), key=lambda row: row["id"]) == claimed(low, high)
     # The claim's now() plus its deadline of 30 s, the same for both rows; each job's own run_at, before it.
+    assert all(tuple(row) == CLAIM_COLUMNS for row in got), "the runtime unpacks a claimed row by position"
     assert len({row["deadline_epoch"] for row in got}) == 1
     assert all(row["run_at_epoch"] <= row["deadline_epoch"] - 30 <= time.time() + 1 for row in got)
     await handle.commit()
@@ -60,9 +62,9 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     beat = await run_statement(handle, "heartbeat_jobs", {"ids": [low, high, last], "leases": [1, 1, 1]})
     assert sorted(row["id"] for row in beat) == [low, high]
     done = await run_statement(handle, "complete_jobs", {"ids": int_array([low, high]), "leases": "{1,0}"})
-    assert done == [{"id": low}], "a stale lease completes nothing"
+    assert done == [{"ids": [low]}], "a stale lease completes nothing"
     stale = await run_statement(handle, "complete_jobs", {"ids": int_array([low]), "leases": "{1}"})
-    assert stale == [], "a completed job is not completed twice"
+    assert stale == [{"ids": None}], "a completed job is not completed twice"
     progress = {"id": high, "lease": 1, "progress": '{"done": 2}', "metadata": '{"k": "v"}'}
     assert await run_statement(handle, "complete_job_with_progress", progress) == [{"id": high}]
     [row] = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 5, "deadline_seconds": 30.0, **CLAIMER})
