@@ -52,8 +52,8 @@ async def test_claim_and_complete_give_identical_results(handle: Handle, db_url:
     await handle.begin()
     got = await run_statement(handle, "claim_jobs", {"queue": "w", "limit": 2, "deadline_seconds": 30.0, **CLAIMER})
     assert sorted((comparable(row) for row in got), key=lambda row: row["id"]) == claimed(low, high)
-    # The claim's now() plus its deadline of 30 s, the same for both rows; each job's own run_at, before it.
     assert all(tuple(row) == CLAIM_COLUMNS for row in got), "the runtime unpacks a claimed row by position"
+    # The claim's now() plus its deadline of 30 s, the same for both rows; each job's own run_at, before it.
     assert len({row["deadline_epoch"] for row in got}) == 1
     assert all(row["run_at_epoch"] <= row["deadline_epoch"] - 30 <= time.time() + 1 for row in got)
     await handle.commit()
