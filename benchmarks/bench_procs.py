@@ -29,7 +29,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 KIND = "noop"
@@ -39,6 +39,41 @@ PGQUEUER_BATCH = 100  # as bench_worker.py: its default of 10 drains 2-4x slower
 PROCRASTINATE_POOL = 10
 # A STATS line carries every latency of its period: a minute at 20,000 jobs/s is ~10 MB.
 STDOUT_LINE_LIMIT = 2**27
+
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def loop_factory(system: str, bridge_config: dict[str, Any] | None = None) -> LoopFactory | None:
+    """The event loop a worker of ``system`` runs on when started by its own CLI; None for asyncio's.
+
+    awa_bridge: its ``WorkerConfig.event_loop`` (``--bridge-config '{"event_loop": "asyncio"}'``
+    changes it), uvloop by default where installed; pgqueuer: uvloop where installed, as ``pgq run``
+    does; procrastinate: asyncio's own loop, as its CLI does.
+    """
+    if system == "awa_bridge":
+        from awa_bridge.worker.aio import loop_factory as bridge_loop
+        from awa_bridge.worker.config import WorkerConfig
+
+        return bridge_loop(WorkerConfig(**(bridge_config or {})).event_loop)
+    if system == "pgqueuer":
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        return uvloop.new_event_loop
+    return None
+
+
+def loop_names(systems: list[str], bridge_config: dict[str, Any] | None = None) -> str:
+    """``awa_bridge uvloop, pgqueuer uvloop, ...``: for the reports' headers."""
+    return ", ".join(f"{s} {'asyncio' if loop_factory(s, bridge_config) is None else 'uvloop'}" for s in systems)
+
+
+def run_on_its_loop(system: str, main: Coroutine[Any, Any, Any], bridge_config: dict[str, Any] | None = None) -> Any:
+    """Run a child's ``main`` on the loop ``system``'s own CLI would run its worker on."""
+    with asyncio.Runner(loop_factory=loop_factory(system, bridge_config)) as runner:
+        return runner.run(main)
 
 
 class Recorder:
@@ -296,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=100, help="handlers at once (default 100)")
     parser.add_argument("--ledger", help="file for the ids of the jobs handled (written at STOP)")
     parser.add_argument("--bridge-config", help="WorkerConfig overrides for awa_bridge, as JSON")
-    asyncio.run(child_main(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    run_on_its_loop(args.system, child_main(args), json.loads(args.bridge_config or "{}"))
 
 
 if __name__ == "__main__":

@@ -698,7 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# Scale benchmark ({where})",
         "",
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs; awa_bridge {bw._version('awa-bridge')}; "
-        f"no-op handlers. SQL-only limit: {args.sql_connections} connection(s) (horizontal: one per process), "
+        f"no-op handlers; event loop {bp.loop_names(['awa_bridge'], json.loads(args.bridge_config or '{}'))}. "
+        f"SQL-only limit: {args.sql_connections} connection(s) (horizontal: one per process), "
         f"claim batch {args.sql_batch}. Load average at start {bw.LOAD_AT_START}, at end {bw._loadavg()}.",
         "",
     ]

@@ -638,7 +638,8 @@ def report(args: argparse.Namespace, where: str, outcomes: list[Outcome], notes:
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs; {versions}. "
         f"{args.processes} worker process(es) x concurrency {args.concurrency}, no-op handlers; "
         f"awa_bridge completed_retention {args.retention:g} s"
-        f"{', WorkerConfig overrides ' + args.bridge_config if args.bridge_config else ''}. "
+        f"{', WorkerConfig overrides ' + args.bridge_config if args.bridge_config else ''}; event loops: "
+        f"{bp.loop_names([o.system for o in outcomes], json.loads(args.bridge_config or '{}'))}. "
         f"Load average at start {bw.LOAD_AT_START}, at end {bw._loadavg()}."
     )
     for o in outcomes:

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+import bench_procs as bp
+
 KIND = "noop"
 QUEUE = "bench"
 POLL_SECONDS = 0.02
@@ -494,7 +496,7 @@ async def child_main(system: str, url: str, concurrency: int) -> None:
         from awa_bridge.worker.client import Client
         from awa_bridge.worker.config import QueueConfig
 
-        client = Client(url, **json.loads(os.environ.get("BENCH_WORKER_BRIDGE_CONFIG") or "{}"))
+        client = Client(url, **_bridge_config())
 
         @client.task(KIND, queue=QUEUE)
         async def bridge_noop(job: Any) -> None:
@@ -903,7 +905,8 @@ def report(
     lines.append("")
     lines.append(
         f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; {versions}. "
-        "Each worker in its own process, each system on its own database; no-op async handlers. "
+        "Each worker in its own process, each system on its own database; no-op async handlers; "
+        f"event loops (as each system's own CLI runs its worker): {bp.loop_names(list(results), _bridge_config())}. "
         f"Load average at start {LOAD_AT_START}, at end {_loadavg()}."
     )
     lines.append("")
@@ -1061,9 +1064,16 @@ def _loadavg() -> str:
 LOAD_AT_START = _loadavg()
 
 
+def _bridge_config() -> dict[str, Any]:
+    """The ``--bridge-config`` WorkerConfig overrides, as the children get them."""
+    config: dict[str, Any] = json.loads(os.environ.get("BENCH_WORKER_BRIDGE_CONFIG") or "{}")
+    return config
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child:
+        config = _bridge_config()
         profile_dir = os.environ.get("BENCH_WORKER_PROFILE")  # set by --profile
         if profile_dir and args.child == "awa_bridge":
             import cProfile
@@ -1071,12 +1081,12 @@ def main(argv: list[str] | None = None) -> None:
             profiler = cProfile.Profile()
             profiler.enable()
             try:
-                asyncio.run(child_main(args.child, args.child_url, args.child_concurrency))
+                bp.run_on_its_loop(args.child, child_main(args.child, args.child_url, args.child_concurrency), config)
             finally:
                 profiler.disable()
                 profiler.dump_stats(os.path.join(profile_dir, f"awa_bridge_{os.getpid()}.prof"))
             return
-        asyncio.run(child_main(args.child, args.child_url, args.child_concurrency))
+        bp.run_on_its_loop(args.child, child_main(args.child, args.child_url, args.child_concurrency), config)
         return
     os.environ["BENCH_WORKER_PGQUEUER_BATCH"] = str(args.pgqueuer_batch)
     if args.bridge_config:

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import sys
+from typing import Any
 
 import psycopg
 
@@ -45,7 +47,7 @@ SQL_ONLY = "SQL-only loop"
 CONCURRENCY = 500  # bench_scale.py's default
 
 
-async def drain(case: str, url: str, jobs: int) -> None:
+async def drain(case: str, url: str, jobs: int, bridge_config: dict[str, Any]) -> None:
     """The child's work: one worker (or the SQL-only loop) handles the ``jobs`` queued jobs, then stops."""
     if case == SQL_ONLY:
         import bench_scale
@@ -53,7 +55,7 @@ async def drain(case: str, url: str, jobs: int) -> None:
         await bench_scale.sql_limit(url, jobs, 1, DEFAULT_CLAIM_BATCH)
         return
     rec = bp.Recorder(keep_ids=False)
-    start, stop = bp.make_worker(case, url, CONCURRENCY, rec, {"maintenance": False})
+    start, stop = bp.make_worker(case, url, CONCURRENCY, rec, {**bridge_config, "maintenance": False})
     if case == "awa_bridge":
         from awa_bridge.worker import tune_gc
 
@@ -66,11 +68,12 @@ async def drain(case: str, url: str, jobs: int) -> None:
         raise RuntimeError(f"{case} handled {rec.handled} jobs, {jobs} were queued")
 
 
-def instructions(url: str, case: str, system: bw.System, jobs: int) -> int:
+def instructions(url: str, case: str, system: bw.System, jobs: int, bridge_config: str) -> int:
     asyncio.run(system.enqueue_bulk(url, jobs))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE")
     child = [sys.executable, __file__, "--child", case, "--jobs", str(jobs), "--database-url", url]
+    child += ["--bridge-config", bridge_config]
     return callgrind(child, case)[0]
 
 
@@ -85,18 +88,20 @@ def count(args: argparse.Namespace, url: str) -> None:
     cases = [(name, system) for name, system in cases if not args.only or name in args.only.split(",")]
     for system in {id(system): system for _, system in cases}.values():
         asyncio.run(system.install(url))
+    config = json.loads(args.bridge_config)
     print(f"awa_bridge from {os.path.dirname(awa_bridge.__file__)}; {args.small:,} and {args.large:,} jobs per case")
     print()
     print("| worker process (no-op jobs) | instructions per job | x the SQL-only loop |")
     print("|---|---:|---:|")
     floor = None
     for name, system in cases:
-        per_job = (instructions(url, name, system, args.large) - instructions(url, name, system, args.small)) // (
-            args.large - args.small
-        )
+        large, small = (instructions(url, name, system, n, args.bridge_config) for n in (args.large, args.small))
+        per_job = (large - small) // (args.large - args.small)
         if name == SQL_ONLY:
             floor = per_job
         label = f"{name} {bw._version(name)}" if name == "pgqueuer" else name
+        if name != SQL_ONLY:
+            label += f" ({bp.loop_names([name], config).split()[-1]})"
         print(f"| {label} | {per_job:,} | {per_job / floor:.1f} |" if floor else f"| {label} | {per_job:,} | - |")
         sys.stdout.flush()
 
@@ -107,13 +112,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--small", type=int, default=2_000)
     parser.add_argument("--large", type=int, default=10_000)
     parser.add_argument("--only", default="", help=f"comma-separated cases: awa_bridge, {SQL_ONLY}, pgqueuer")
+    parser.add_argument(
+        "--bridge-config",
+        default="{}",
+        metavar="JSON",
+        help='awa_bridge WorkerConfig overrides, e.g. \'{"event_loop": "asyncio"}\' (each worker runs on the loop '
+        "its own CLI would: awa_bridge and pgqueuer on uvloop where installed)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.database_url:
         parser.error("--database-url (or DATABASE_URL) is required")
     if args.child:
-        asyncio.run(drain(args.child, args.database_url, args.jobs))
+        config = json.loads(args.bridge_config)
+        bp.run_on_its_loop(args.child, drain(args.child, args.database_url, args.jobs, config), config)
         return
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")

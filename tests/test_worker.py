@@ -488,6 +488,8 @@ def test_bad_worker_settings_name_the_setting() -> None:
         QueueConfig.parse("q:x")
     with pytest.raises(awa_bridge.ValidationError, match="rescue_interval"):
         WorkerConfig(rescue_interval=-1)
+    with pytest.raises(awa_bridge.ValidationError, match="event_loop: must be one of auto, uvloop, asyncio, got 'tr"):
+        WorkerConfig(event_loop="trio")
 
 
 @pytest.mark.parametrize("style", ["async", "sync"])

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_bridge
 
@@ -122,6 +123,22 @@ def test_a_cli_worker_tunes_its_garbage_collector(app_db: str, probe: Probe, wor
     metadata = probe.value("SELECT metadata FROM awa.jobs WHERE id = %s", (job_id,))
     assert metadata["gc_threshold"][0] == YOUNG_THRESHOLD, metadata
     assert metadata["gc_frozen"] > 1000, metadata  # the interpreter's, the app's and the driver's objects
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(None, "uvloop.Loop"), ("asyncio", "asyncio.unix_events")])
+def test_a_cli_worker_runs_on_the_event_loop_its_config_names(
+    app_db: str, probe: Probe, workers: Workers, setting: str | None, expected: str
+) -> None:
+    """``python -m awa_bridge worker`` runs on uvloop by default (it is a dependency here), on
+    asyncio's own loop with ``event_loop="asyncio"``; the log says which."""
+    queue = unique_queue()
+    env = {"AWA_EVENT_LOOP": setting} if setting else {}
+    worker = workers.start(queue, env=env).wait_started()
+    [job_id] = enqueue(app_db, "loop_state", queue, 1)
+    wait_for(lambda: count_in(probe, [job_id], "completed") == 1, 10, "the job to complete")
+    metadata = probe.value("SELECT metadata FROM awa.jobs WHERE id = %s", (job_id,))
+    assert metadata["event_loop"].startswith(expected), metadata
+    assert worker.logged(f"event loop: {expected}")
 
 
 def test_drain_timeout_releases_the_unfinished_job_for_another_worker(

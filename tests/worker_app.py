@@ -29,6 +29,9 @@ connection before the handler goes on:
   backend is terminated under it, as in a failover.
 - ``gc_state``: records, and keeps the process's garbage-collector settings in the
   job's metadata (``gc_threshold``, ``gc_frozen``): what ``Client.run`` tuned.
+- ``loop_state`` (async): records, and keeps the class of the loop it runs on in the job's
+  metadata (``event_loop``, e.g. ``uvloop.Loop``): what ``Client.run`` chose. ``AWA_EVENT_LOOP``
+  sets the client's ``event_loop`` (default ``auto``).
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
 to the short values of the scenario conventions of docs/reliability.md. Ledger
@@ -73,6 +76,7 @@ client = Client(
     leader_lease=_env_float("AWA_LEADER_LEASE", 2.0),
     drain_timeout=_env_float("AWA_DRAIN_TIMEOUT", 5.0),
     completion_flush=_env_float("AWA_COMPLETION_FLUSH", 0.002),
+    event_loop=os.environ.get("AWA_EVENT_LOOP") or "auto",
 )
 
 LEDGER_SQL = "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES (%s, %s, %s, %s)"
@@ -141,6 +145,13 @@ def gc_state(job: Any) -> None:
 
     record(job)
     job.update_metadata({"gc_threshold": list(gc.get_threshold()), "gc_frozen": gc.get_freeze_count()})
+
+
+@client.task("loop_state")
+async def loop_state(job: Any) -> None:
+    loop = asyncio.get_running_loop()
+    await record_async(job)
+    job.update_metadata({"event_loop": f"{type(loop).__module__}.{type(loop).__name__}"})
 
 
 @client.task("hang")

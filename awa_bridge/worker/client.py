@@ -25,6 +25,7 @@ from ..drivers.insert_pool import InsertConnections
 from ..errors import ValidationError
 from ..migrations import migrate
 from ..types import InsertManyResult, Job
+from .aio import loop_factory
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
@@ -188,13 +189,15 @@ class Client:
         """Run until SIGTERM or SIGINT, then shut down gracefully.
 
         This process is a worker: ``tune_gc`` (default on) tunes its garbage collector for
-        that first (``awa_bridge.worker.tune_gc``).
+        that first (``awa_bridge.worker.tune_gc``), and the loop is the one
+        ``event_loop`` names (uvloop where it is installed, by default).
         """
         if tune_gc:
             from .gctuning import tune_gc as tune
 
             tune()
-        asyncio.run(self._run_until_signal(queues))
+        with asyncio.Runner(loop_factory=loop_factory(self.config.event_loop)) as runner:
+            runner.run(self._run_until_signal(queues))
 
     async def _run_until_signal(self, queues: Iterable[QueueSpec] | None) -> None:
         stop = asyncio.Event()
@@ -202,6 +205,7 @@ class Client:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._signalled, sig, stop)
         await self.start(queues)
+        log.info("event loop: %s.%s", type(loop).__module__, type(loop).__name__)
         try:
             await stop.wait()
         finally:

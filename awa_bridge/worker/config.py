@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..validation import as_seconds, check_count, check_name
+from .aio import loop_factory
 
 DEFAULT_MAX_WORKERS = 10
 DEFAULT_DEADLINE_SECONDS = 300.0
@@ -37,6 +38,8 @@ MAINTENANCE_BATCH = 1000
 # most this long per pass; a pass cut short runs again at the next tick.
 MAINTENANCE_BUDGET_SECONDS = 0.5
 EXECUTORS = ("thread", "process")
+# The event loop ``Client.run`` runs the worker on: "auto" is uvloop when it is installed.
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # The settings given in seconds, the one list every front end reads (awa_django's AWA settings
 # accept a number or a timedelta for exactly these).
 QUEUE_SECONDS = ("deadline", "poll_interval", "priority_aging")
@@ -195,6 +198,7 @@ class WorkerConfig:
     completion_flush: float = DEFAULT_COMPLETION_FLUSH_SECONDS
     maintenance: bool = True
     global_max_workers: int | None = None
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         for name in WORKER_SECONDS:
@@ -215,3 +219,7 @@ class WorkerConfig:
             check_count("global_max_workers", self.global_max_workers, minimum=1)
         for name in ("claim_batch", "completion_batch"):
             check_count(name, getattr(self, name), minimum=1)
+        if self.event_loop not in EVENT_LOOPS:
+            raise ValidationError("event_loop", f"must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
+        if self.event_loop == "uvloop" and loop_factory("uvloop") is None:
+            raise ValidationError("event_loop", "is 'uvloop' but uvloop is not installed (pip install uvloop)")

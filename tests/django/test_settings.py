@@ -67,6 +67,7 @@ pytestmark = pytest.mark.django
             "AWA['PERIODIC']['p']['task']",
             "not an @awa_django.task",
         ),
+        ({"WORKER": {"event_loop": "trio"}}, "AWA['WORKER']['event_loop']", "one of auto, uvloop, asyncio"),
         ({"QUEUE": {}}, "AWA['QUEUE']", "did you mean 'QUEUES'"),
         ({"DATABASE_URL": "mysql://x"}, "AWA['DATABASE_URL']", "postgresql://"),
         ({"TASK_MODULES": "shop.jobs"}, "AWA['TASK_MODULES']", "list of module paths"),
