@@ -51,18 +51,12 @@ def loop_factory(system: str, bridge_config: dict[str, Any] | None = None) -> Lo
     changes it), uvloop by default where installed; pgqueuer: uvloop where installed, as ``pgq run``
     does; procrastinate: asyncio's own loop, as its CLI does.
     """
-    if system == "awa_bridge":
-        from awa_bridge.worker.aio import loop_factory as bridge_loop
-        from awa_bridge.worker.config import WorkerConfig
+    from awa_bridge.worker.aio import loop_factory as bridge_loop
+    from awa_bridge.worker.config import WorkerConfig
 
+    if system == "awa_bridge":
         return bridge_loop(WorkerConfig(**(bridge_config or {})).event_loop)
-    if system == "pgqueuer":
-        try:
-            import uvloop
-        except ImportError:
-            return None
-        return uvloop.new_event_loop
-    return None
+    return bridge_loop("auto") if system == "pgqueuer" else None
 
 
 def loop_names(systems: list[str], bridge_config: dict[str, Any] | None = None) -> str:

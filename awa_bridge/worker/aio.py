@@ -24,7 +24,7 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
     uvloop runs the loop's own work (scheduling each attempt's task, its
     handles and timers, the sockets' reads and writes) in compiled code where
-    asyncio's default loop runs Python: about an eighth fewer instructions per
+    asyncio's default loop runs Python: about a tenth fewer instructions per
     drained job (``benchmarks/count_drain_instructions.py``). "auto" takes it
     when it is installed (a dependency except on Windows, which it does not
     support), "asyncio" never; for "uvloop" a missing uvloop gives None too,
