@@ -149,6 +149,7 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
     assert "FAILED" not in out, out + err
     assert "## Drain with 3,000 retained finished jobs vs an empty table" in out
     assert "Retained / empty: **" in out
+    assert "| drain / limit, median of rounds |" in out
     assert "Big / small: **" in out
     assert "Rate per tenth of the big drain" in out
     assert "| 2 |" in out

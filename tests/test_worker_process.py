@@ -125,12 +125,14 @@ def test_a_cli_worker_tunes_its_garbage_collector(app_db: str, probe: Probe, wor
     assert metadata["gc_frozen"] > 1000, metadata  # the interpreter's, the app's and the driver's objects
 
 
-@pytest.mark.parametrize(("setting", "expected"), [(None, "uvloop.Loop"), ("asyncio", "asyncio.unix_events")])
+@pytest.mark.parametrize(
+    ("setting", "expected"), [(None, "asyncio.unix_events"), ("uvloop", "uvloop.Loop"), ("auto", "uvloop.Loop")]
+)
 def test_a_cli_worker_runs_on_the_event_loop_its_config_names(
     app_db: str, probe: Probe, workers: Workers, setting: str | None, expected: str
 ) -> None:
-    """``python -m awa_bridge worker`` runs on uvloop by default (it is a dependency here), on
-    asyncio's own loop with ``event_loop="asyncio"``; the log says which."""
+    """``python -m awa_bridge worker`` runs on asyncio's own loop by default, on uvloop with
+    ``event_loop="uvloop"`` or ``"auto"`` (the dev extra installs it); the log says which."""
     queue = unique_queue()
     env = {"AWA_EVENT_LOOP": setting} if setting else {}
     worker = workers.start(queue, env=env).wait_started()

@@ -31,7 +31,7 @@ connection before the handler goes on:
   job's metadata (``gc_threshold``, ``gc_frozen``): what ``Client.run`` tuned.
 - ``loop_state`` (async): records, and keeps the class of the loop it runs on in the job's
   metadata (``event_loop``, e.g. ``uvloop.Loop``): what ``Client.run`` chose. ``AWA_EVENT_LOOP``
-  sets the client's ``event_loop`` (default ``auto``).
+  sets the client's ``event_loop`` (default ``asyncio``, as ``WorkerConfig``'s).
 
 Timings come from the environment (``AWA_HEARTBEAT_INTERVAL``...), defaulting
 to the short values of the scenario conventions of docs/reliability.md. Ledger
@@ -76,7 +76,7 @@ client = Client(
     leader_lease=_env_float("AWA_LEADER_LEASE", 2.0),
     drain_timeout=_env_float("AWA_DRAIN_TIMEOUT", 5.0),
     completion_flush=_env_float("AWA_COMPLETION_FLUSH", 0.002),
-    event_loop=os.environ.get("AWA_EVENT_LOOP") or "auto",
+    event_loop=os.environ.get("AWA_EVENT_LOOP") or "asyncio",
 )
 
 LEDGER_SQL = "INSERT INTO t_ledger (job_id, attempt, run_lease, worker) VALUES (%s, %s, %s, %s)"

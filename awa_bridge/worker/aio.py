@@ -25,10 +25,12 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     uvloop runs the loop's own work (scheduling each attempt's task, its
     handles and timers, the sockets' reads and writes) in compiled code where
     asyncio's default loop runs Python: about a tenth fewer instructions per
-    drained job (``benchmarks/count_drain_instructions.py``). "auto" takes it
-    when it is installed (a dependency except on Windows, which it does not
-    support), "asyncio" never; for "uvloop" a missing uvloop gives None too,
-    which ``WorkerConfig`` refuses up front.
+    drained job (``benchmarks/count_drain_instructions.py``), but no drain
+    measurably faster and a less even pickup p95 in the 30-minute soaks, so
+    asyncio's own loop ("asyncio") is the default. "auto" takes uvloop when it
+    is installed (the ``awa-bridge[uvloop]`` extra; no Windows build); for
+    "uvloop" a missing uvloop gives None too, which ``WorkerConfig`` refuses
+    up front.
     """
     if choice == "asyncio":
         return None

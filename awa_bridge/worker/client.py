@@ -190,7 +190,7 @@ class Client:
 
         This process is a worker: ``tune_gc`` (default on) tunes its garbage collector for
         that first (``awa_bridge.worker.tune_gc``), and the loop is the one
-        ``event_loop`` names (uvloop where it is installed, by default).
+        ``event_loop`` names (asyncio's own by default).
         """
         if tune_gc:
             from .gctuning import tune_gc as tune

@@ -38,7 +38,8 @@ MAINTENANCE_BATCH = 1000
 # most this long per pass; a pass cut short runs again at the next tick.
 MAINTENANCE_BUDGET_SECONDS = 0.5
 EXECUTORS = ("thread", "process")
-# The event loop ``Client.run`` runs the worker on: "auto" is uvloop when it is installed.
+# The event loop ``Client.run`` runs the worker on: asyncio's own by default; "uvloop" (the
+# ``awa-bridge[uvloop]`` extra) opts in, "auto" takes uvloop when it is installed.
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # The settings given in seconds, the one list every front end reads (awa_django's AWA settings
 # accept a number or a timedelta for exactly these).
@@ -198,7 +199,7 @@ class WorkerConfig:
     completion_flush: float = DEFAULT_COMPLETION_FLUSH_SECONDS
     maintenance: bool = True
     global_max_workers: int | None = None
-    event_loop: str = "auto"
+    event_loop: str = "asyncio"
 
     def __post_init__(self) -> None:
         for name in WORKER_SECONDS:
@@ -222,4 +223,6 @@ class WorkerConfig:
         if self.event_loop not in EVENT_LOOPS:
             raise ValidationError("event_loop", f"must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         if self.event_loop == "uvloop" and loop_factory("uvloop") is None:
-            raise ValidationError("event_loop", "is 'uvloop' but uvloop is not installed (pip install uvloop)")
+            raise ValidationError(
+                "event_loop", "is 'uvloop' but uvloop is not installed (pip install 'awa-bridge[uvloop]')"
+            )
