@@ -47,9 +47,9 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 def loop_factory(system: str, bridge_config: dict[str, Any] | None = None) -> LoopFactory | None:
     """The event loop a worker of ``system`` runs on when started by its own CLI; None for asyncio's.
 
-    awa_bridge: its ``WorkerConfig.event_loop`` (``--bridge-config '{"event_loop": "asyncio"}'``
-    changes it), uvloop by default where installed; pgqueuer: uvloop where installed, as ``pgq run``
-    does; procrastinate: asyncio's own loop, as its CLI does.
+    awa_bridge: its ``WorkerConfig.event_loop``, asyncio's own by default
+    (``--bridge-config '{"event_loop": "uvloop"}'`` changes it); pgqueuer: uvloop where installed (a
+    dependency of pgqueuer), as ``pgq run`` does; procrastinate: asyncio's own loop, as its CLI does.
     """
     from awa_bridge.worker.aio import loop_factory as bridge_loop
     from awa_bridge.worker.config import WorkerConfig

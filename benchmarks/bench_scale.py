@@ -376,9 +376,6 @@ class Bench:
             rates: dict[str, list[float]] = {empty: [], full: []}
             warm: dict[str, list[float]] = {empty: [], full: []}
             limits: dict[str, list[float]] = {empty: [], full: []}
-            # Each round's drain over the limit measured right after it: steadier than a ratio of
-            # medians when the host's speed drifts across the run.
-            paired: dict[str, list[float]] = {empty: [], full: []}
             for r in range(a.rounds):
                 order = [empty, full] if r % 2 == 0 else [full, empty]
                 for db in order:
@@ -392,7 +389,6 @@ class Bench:
                     await enqueue(url, a.jobs)
                     limit = await sql_limit(url, a.jobs, a.sql_connections, a.sql_batch)
                     limits[db].append(limit)
-                    paired[db].append(run.rate / limit if limit else 0.0)
                     await reset_to(url, base[db])
                     say(
                         f"  round {r + 1} {label:<8} drain {run.rate:,.0f}/s, SQL-only {limit:,.0f}/s"
@@ -405,7 +401,9 @@ class Bench:
         self.drain_rate = self.drain_rate or e
         we, wf = median(warm[empty]), median(warm[full])
         le, lf = median(limits[empty]), median(limits[full])
-        pe, pf = median(paired[empty]), median(paired[full])
+        # Each round's drain over the limit measured right after it: steadier than a ratio of
+        # medians when the host's speed drifts across the run.
+        pe, pf = (median([r / x for r, x in zip(rates[db], limits[db], strict=True) if x]) for db in (empty, full))
         out += [
             f"## Drain with {a.retained:,} retained finished jobs vs an empty table",
             "",
