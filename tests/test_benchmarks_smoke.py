@@ -310,7 +310,8 @@ def test_warm_rate_leaves_the_start_up_out() -> None:
 
 
 def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str) -> None:
-    """``bench_enqueue.py --autocommit`` runs the ``Client.insert`` case beside its bare-INSERT baseline."""
+    """``bench_enqueue.py --autocommit`` runs the ``Client.insert`` case beside its bare-INSERT baseline
+    and the bare call of the function it enqueues through, and prints its ratio to each."""
     out, _, pid = run_script(
         server_url,
         "bench_enqueue.py",
@@ -320,6 +321,9 @@ def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str)
     assert "x insert alone (--autocommit)" in out
     assert "| awa_bridge | awa_bridge Client.insert | asyncpg |" in out
     assert "| baseline | bare INSERT | asyncpg |" in out
+    for driver in ("asyncpg", "psycopg", "psycopg-async"):  # the statement insert_job sends, sent bare
+        assert f"| contract | bare awa.insert_job_compat call | {driver} |" in out
+    assert "Client.insert (asyncpg, durable):" in out and "of the bare function call (its client path)" in out
     with psycopg.connect(server_url, autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_bench_{pid}_%",))
         assert [r[0] for r in rows] == []

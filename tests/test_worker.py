@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -490,6 +492,35 @@ def test_bad_worker_settings_name_the_setting() -> None:
         WorkerConfig(rescue_interval=-1)
     with pytest.raises(awa_bridge.ValidationError, match="event_loop: must be one of auto, uvloop, asyncio, got 'tr"):
         WorkerConfig(event_loop="trio")
+
+
+# A user's program without the awa-bridge[uvloop] extra: uvloop cannot be imported
+# (sys.modules[name] = None is how Python marks a module as absent).
+_WITHOUT_UVLOOP = """
+import sys
+sys.modules["uvloop"] = None
+import awa_bridge
+from awa_bridge.worker import Client
+from awa_bridge.worker.aio import loop_factory
+
+assert loop_factory("auto") is None, "auto should fall back to asyncio's own loop"
+Client("postgresql://unused", event_loop="auto")
+try:
+    Client("postgresql://unused", event_loop="uvloop")
+except awa_bridge.ValidationError as exc:
+    print(exc)
+else:
+    print("accepted")
+"""
+
+
+def test_uvloop_asked_for_but_not_installed_is_refused_naming_the_setting_and_the_extra() -> None:
+    """Without uvloop, ``event_loop="uvloop"`` is refused up front and ``"auto"`` runs on asyncio's loop."""
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_UVLOOP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "event_loop: is 'uvloop' but uvloop is not installed (pip install 'awa-bridge[uvloop]')"
+    ), done.stdout
 
 
 @pytest.mark.parametrize("style", ["async", "sync"])
