@@ -50,7 +50,7 @@ BARE_INSERT_PSYCOPG = "INSERT INTO awa.jobs (kind, queue, args) VALUES (%s, %s, 
 _PLAIN_CALL = QUERIES["insert_plain_job"]
 CALL_LABEL = "bare awa.insert_job_compat call"
 BARE_CALL = _PLAIN_CALL.numeric
-BARE_CALL_PSYCOPG = _PLAIN_CALL.pyformat.replace("%(kind)s", "%s").replace("%(queue)s", "%s").replace("%(args)s", "%s")
+BARE_CALL_PSYCOPG = _PLAIN_CALL.pyformat  # named parameters: kind, queue, args
 
 
 @dataclass
@@ -64,6 +64,11 @@ class SendEmail:
 
 def job_dict(n: int) -> dict[str, Any]:
     return {"to": f"user{n}@example.com", "subject": "Welcome aboard", "n": n}
+
+
+def call_params(n: int) -> dict[str, str]:
+    """The bare function call's parameters, made by hand (psycopg's named style)."""
+    return {"kind": KIND, "queue": QUEUE, "args": dumps(job_dict(n))}
 
 
 def job_obj(n: int) -> SendEmail:
@@ -256,7 +261,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
         return conn.execute(BARE_INSERT_PSYCOPG, (KIND, QUEUE, dumps(job_dict(n)))).fetchone()
 
     def bare_call_psycopg(conn: Any, n: int) -> Any:
-        return conn.execute(BARE_CALL_PSYCOPG, (KIND, QUEUE, dumps(job_dict(n)))).fetchone()
+        return conn.execute(BARE_CALL_PSYCOPG, call_params(n)).fetchone()
 
     def bridge_psycopg(conn: Any, n: int) -> Any:
         return awa_bridge.insert_job_sync(conn, job_obj(n))
@@ -280,7 +285,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
         return await cursor.fetchone()
 
     async def bare_call_psycopg_async(conn: Any, n: int) -> Any:
-        cursor = await conn.execute(BARE_CALL_PSYCOPG, (KIND, QUEUE, dumps(job_dict(n))))
+        cursor = await conn.execute(BARE_CALL_PSYCOPG, call_params(n))
         return await cursor.fetchone()
 
     async def bridge_psycopg_async(conn: Any, n: int) -> Any:
