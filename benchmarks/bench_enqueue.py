@@ -67,7 +67,7 @@ def job_dict(n: int) -> dict[str, Any]:
 
 
 def call_params(n: int) -> dict[str, str]:
-    """The bare function call's parameters, made by hand (psycopg's named style)."""
+    """The bare function call's parameters, made by hand (by name; asyncpg takes them in the query's order)."""
     return {"kind": KIND, "queue": QUEUE, "args": dumps(job_dict(n))}
 
 
@@ -206,7 +206,7 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
             return await conn.fetchval(BARE_INSERT, KIND, QUEUE, dumps(job_dict(n)))
 
         async def bare_call_asyncpg(conn: Any, n: int) -> Any:
-            return await conn.fetchrow(BARE_CALL, KIND, QUEUE, dumps(job_dict(n)))
+            return await conn.fetchrow(BARE_CALL, *_PLAIN_CALL.positional(call_params(n)))
 
         async def bridge_asyncpg(conn: Any, n: int) -> Any:
             return await awa_bridge.insert_job(conn, job_obj(n))
