@@ -26,7 +26,9 @@ from .types import InsertManyResult, Job, JobState
 from .unique import UniqueOpts, parse_unique, unique_key
 from .validation import check_int, check_name, check_text, check_timestamp
 
+_INSERT_ROW = QUERIES["insert_job"]
 _INSERT_PLAIN = QUERIES["insert_plain_job"]
+_INSERT_ORDERED = QUERIES["insert_ordered_job"]
 
 MAX_TAGS = 20
 PRIORITY_RANGE = (1, 4)
@@ -55,7 +57,10 @@ class PreparedJob:
 
     def statement(self) -> tuple[Query, dict[str, Any]]:
         """The insert and its parameters: ``insert_plain_job`` for a job available now with every
-        other option at its default (most jobs: three parameters instead of twelve), else ``insert_job``."""
+        other option at its default (most jobs: three parameters instead of eleven),
+        ``insert_ordered_job`` for one with an ordering key, else ``insert_job``."""
+        if self.ordering_key is not None:
+            return _INSERT_ORDERED, {**self.params(), "ordering_key": self.ordering_key}
         if (
             self.run_at is None
             and self.priority == DEFAULT_PRIORITY
@@ -63,13 +68,12 @@ class PreparedJob:
             and self.metadata_json == "{}"
             and not self.tags
             and self.unique_key is None
-            and self.ordering_key is None
         ):
             return _INSERT_PLAIN, {"kind": self.kind, "queue": self.queue, "args": self.args_json}
-        return QUERIES["insert_job"], self.params()
+        return _INSERT_ROW, self.params()
 
     def params(self) -> dict[str, Any]:
-        """Parameters of the ``insert_job`` query."""
+        """Parameters of the ``insert_job`` query (every column a caller chooses)."""
         return {
             "kind": self.kind,
             "queue": self.queue,
@@ -82,7 +86,6 @@ class PreparedJob:
             "tags": list(self.tags),
             "unique_key": self.unique_key,
             "unique_states": self.unique_states,
-            "ordering_key": self.ordering_key,
         }
 
     def inserted(self, row: RowLike) -> Job:

@@ -47,13 +47,37 @@ CASES: list[tuple[Any, dict[str, Any]]] = [
             "ordering_key": "ok",
         },
     ),
+    # Every column, no ordering key: the full INSERT rather than the function (kept for ordering keys).
+    (
+        {"k": "w"},
+        {
+            "kind": "every_column",
+            "queue": "q2",
+            "priority": 3,
+            "max_attempts": 7,
+            "run_at": datetime.now(UTC) + timedelta(minutes=5),
+            "metadata": {"m": {"n": 1}},
+            "tags": ["t"],
+            "unique": {"by_args": True, "states": ["scheduled", "available"]},
+        },
+    ),
     # One option off its default each: these leave the three-argument statement for the full one.
     (Zebra("p", 2, 1.5, False), {"priority": 4}),
     (Zebra("m", 3, 2.5, True), {"max_attempts": 1}),
     (Zebra("d", 4, 3.5, False), {"metadata": {"trace": "t"}}),
     (Zebra("q", 5, 4.5, True), {"queue": "other", "priority": 2, "max_attempts": 25}),
 ]
-IDS = ["dataclass", "flat-dict", "nested", "all-options", "priority", "max-attempts", "metadata", "queue"]
+IDS = [
+    "dataclass",
+    "flat-dict",
+    "nested",
+    "all-options",
+    "every-column",
+    "priority",
+    "max-attempts",
+    "metadata",
+    "queue",
+]
 
 
 def _read_back(conn: psycopg.Connection[Any], job_id: int) -> awa_bridge.Job:
@@ -102,3 +126,13 @@ async def test_an_async_insert_returns_the_row_written(
             job = await awa_bridge.insert_job(pconn, args, **opts)
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert job == dataclasses.replace(_read_back(conn, job.id), args=job.args)
+
+
+def test_an_ordering_key_is_kept_beside_the_job(db_url: str) -> None:
+    """awa.jobs has no column for it: such a job goes through awa.insert_job_compat, which keeps it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        ordered = awa_bridge.insert_job_sync(conn, {"n": 1}, kind="ordered", ordering_key="customer-7")
+        plain = awa_bridge.insert_job_sync(conn, {"n": 2}, kind="ordered", priority=3)
+        keys = dict(conn.execute("SELECT job_id, ordering_key FROM awa.job_ordering_keys").fetchall())
+    assert keys == {ordered.id: b"customer-7"}
+    assert plain.id not in keys

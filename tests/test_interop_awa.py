@@ -258,6 +258,66 @@ async def test_awa_worker_runs_jobs_enqueued_by_bridge(awa_db: AwaDatabase) -> N
         assert received == args, f"job {job_id}: handler saw {received!r}, we inserted {args!r}"
 
 
+async def test_bridge_inserts_on_awa_pg_queue_storage_are_run_by_awa_pg(awa_db: AwaDatabase) -> None:
+    """``insert_job`` is a plain ``INSERT INTO awa.jobs``; with awa-pg's queue storage active that
+    view's INSTEAD OF trigger hands the row to awa-pg's own ``insert_job_compat``. Jobs at every
+    default, with every column, and with an ordering key (the function itself) come back with the
+    ids awa-pg gave them, a duplicate unique job is refused, and awa-pg's worker runs the ones due."""
+    from datetime import UTC, datetime, timedelta
+
+    import asyncpg
+
+    client = awa.AsyncClient(awa_db.awa_url)
+    try:
+        await client.install_queue_storage()
+    finally:
+        await client.close()
+
+    expected: dict[int, InteropOrder] = {}
+    conn = await asyncpg.connect(awa_db.url)
+    try:
+        async with conn.transaction():
+            plain = _order(11, "asyncpg-plain")
+            expected[(await insert_job(conn, plain, queue=QUEUE)).id] = plain
+            full = _order(12, "asyncpg-full")
+            job = await insert_job(conn, full, queue=QUEUE, priority=1, max_attempts=3, tags=["t"], unique=True)
+            expected[job.id] = full
+            ordered = _order(13, "asyncpg-ordered")
+            expected[(await insert_job(conn, ordered, queue=QUEUE, ordering_key="k")).id] = ordered
+        with pytest.raises(awa_bridge.UniqueConflict):
+            await insert_job(conn, full, queue=QUEUE, priority=1, max_attempts=3, tags=["t"], unique=True)
+    finally:
+        await conn.close()
+    with psycopg.connect(awa_db.url) as sync_conn:
+        args = _order(14, "psycopg-plain")
+        expected[insert_job_sync(sync_conn, args, queue=QUEUE).id] = args
+        in_an_hour = datetime.now(UTC) + timedelta(hours=1)
+        later = insert_job_sync(sync_conn, _order(15, "later"), queue=QUEUE, run_at=in_an_hour)
+        sync_conn.commit()
+        stored = dict(sync_conn.execute("SELECT id, state::text FROM awa.jobs").fetchall())
+    assert stored == {**dict.fromkeys(expected, "available"), later.id: "scheduled"}
+
+    worker = awa.AsyncClient(awa_db.awa_url)
+    seen: dict[int, Any] = {}
+    try:
+
+        @worker.task(InteropOrder, queue=QUEUE)
+        async def handle(job: Any) -> None:
+            seen[job.id] = job.args
+
+        async def all_seen() -> bool:
+            return set(seen) >= set(expected)
+
+        await worker.start([(QUEUE, 4)], poll_interval_ms=50)
+        try:
+            await _poll_until(all_seen, WORKER_TIMEOUT, f"awa-pg's worker to run jobs {sorted(expected)}")
+        finally:
+            await worker.shutdown()
+    finally:
+        await worker.close()
+    assert seen == expected
+
+
 # -- unique keys: awa-pg and prepare_job agree byte for byte --------------------
 
 _I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

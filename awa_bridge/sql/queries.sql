@@ -7,14 +7,41 @@
 -- file is loaded). Scenario ids such as R30 refer to docs/reliability.md.
 
 -- name: insert_job
--- Single transactional insert through the public contract function, so it
--- works on our schema and on one migrated by the real Awa. Only what the
+-- Single transactional insert: one row of awa.jobs, on the caller's
+-- connection. A plain INSERT works on both schemas DESIGN.md section 3 names:
+-- on ours awa.jobs is the table; on a database the real Awa (awa-pg 0.6.9)
+-- migrated it is a view whose INSTEAD OF INSERT trigger (awa.write_jobs_view)
+-- stores the row in awa-pg's own tables, through awa.insert_job_compat when
+-- its queue storage is active (tests/test_interop_awa.py runs both). On ours
+-- it is the function's own INSERT without the plpgsql call around it, about
+-- 10% of the server's instructions per enqueue (docs/adr/004). Only what the
 -- database decides comes back; the rest of the row is what the caller sent.
--- The function is called in a select list, not in FROM, where PostgreSQL
--- runs it as a function scan (its one row stored in a tuplestore and read
--- back): about 25,000 fewer server instructions a call, 4% of the statement
--- (benchmarks/count_insert_server_instructions.py). OFFSET 0 keeps the
--- subquery from being pulled up, which would call the function once per column.
+INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
+                      metadata, tags, unique_key, unique_states)
+VALUES (CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
+        CAST(%(state)s AS awa.job_state), CAST(%(priority)s AS smallint),
+        CAST(%(max_attempts)s AS smallint), COALESCE(CAST(%(run_at)s AS timestamptz), now()),
+        CAST(%(metadata)s AS jsonb), CAST(%(tags)s AS text[]), CAST(%(unique_key)s AS bytea),
+        CAST(CAST(%(unique_states)s AS text) AS bit(8)))
+RETURNING id, run_at, created_at
+
+-- name: insert_plain_job
+-- insert_job for the common job: available now, at the default priority and
+-- max_attempts, with no metadata, tags or unique key; the other columns take
+-- the table's (or awa-pg's view trigger's) defaults. Three parameters instead
+-- of eleven for the driver to encode and for the server to cast.
+INSERT INTO awa.jobs (kind, queue, args)
+VALUES (CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb))
+RETURNING id, run_at, created_at
+
+-- name: insert_ordered_job
+-- insert_job for a job with an ordering key, which awa.jobs has no column
+-- for: through the contract's function, which keeps it beside the job (ours:
+-- awa.job_ordering_keys; awa-pg: its own storage). The function is called in
+-- a select list, not in FROM, where PostgreSQL runs it as a function scan
+-- (its one row stored in a tuplestore and read back): about 25,000 fewer
+-- server instructions a call. OFFSET 0 keeps the subquery from being pulled
+-- up, which would call the function once per column.
 SELECT (j).id, (j).run_at, (j).created_at
 FROM (SELECT awa.insert_job_compat(
     CAST(%(kind)s AS text),
@@ -29,20 +56,6 @@ FROM (SELECT awa.insert_job_compat(
     CAST(%(unique_key)s AS bytea),
     CAST(CAST(%(unique_states)s AS text) AS bit(8)),
     CAST(%(ordering_key)s AS bytea)
-) AS j OFFSET 0) AS inserted
-
--- name: insert_plain_job
--- insert_job for the common job: available now, at the default priority and
--- max_attempts, with no metadata, tags, unique key or ordering key. The same
--- function with only kind, queue and args given, the rest left to its
--- defaults: a quarter of the parameters for the driver to encode and for
--- the server to cast (about 29,000 fewer server instructions than sending
--- the defaults, count_insert_server_instructions.py).
-SELECT (j).id, (j).run_at, (j).created_at
-FROM (SELECT awa.insert_job_compat(
-    p_kind => CAST(%(kind)s AS text),
-    p_queue => CAST(%(queue)s AS text),
-    p_args => CAST(%(args)s AS jsonb)
 ) AS j OFFSET 0) AS inserted
 
 -- name: create_insert_stage
