@@ -2,8 +2,8 @@
 
 ``count_enqueue_instructions.py`` counts the client; this counts the server
 executing the same statements, so that what the SQL itself costs (a bare
-INSERT, ``awa.insert_job_compat`` called in FROM, the same call in a select
-list as ``insert_job`` sends it) can be compared on a machine whose wall
+INSERT, ``awa.insert_job_compat`` called in FROM or in a select list, as
+``insert_job`` sent it until 2026-12-04, and the INSERT it sends now) can be compared on a machine whose wall
 clock moves with everyone else's load. It makes a throwaway cluster with
 ``initdb``, migrates it, then runs ``postgres --single`` under ``valgrind
 --tool=callgrind`` twice per case (``--small`` and ``--large`` executions of
@@ -69,7 +69,12 @@ CASES: dict[str, tuple[str, str]] = {
         f"SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT {_SIX_PARAMETERS_CALL} AS j OFFSET 0) AS inserted",
         _SIX,
     ),
-    "awa.insert_job_compat, three parameters, in a select list (insert_job's insert_plain_job)": (
+    "awa.insert_job_compat, three parameters, in a select list (2026-12-03 evening to 2026-12-04)": (
+        "SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT awa.insert_job_compat(p_kind => CAST($1 AS text),"
+        " p_queue => CAST($2 AS text), p_args => CAST($3 AS jsonb)) AS j OFFSET 0) AS inserted",
+        _THREE,
+    ),
+    "insert_job's insert_plain_job (an INSERT, from 2026-12-04)": (
         QUERIES["insert_plain_job"].numeric,
         _THREE,
     ),

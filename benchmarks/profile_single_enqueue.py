@@ -8,8 +8,9 @@ chunks) and calls/s. The cases peel the path apart:
 * ``SELECT 1``: one round trip, the floor of any call.
 * bare ``INSERT ... RETURNING id`` into ``awa.jobs`` (args JSON-encoded here).
 * ``awa.insert_job_compat(kind, queue, args)``: the contract function, 3 arguments,
-  called in FROM (a function scan) and in a select list (as ``insert_job`` calls it).
-* the ``insert_job`` statement as awa_bridge sends it (12 cast parameters),
+  called in FROM (a function scan) and in a select list (as ``insert_job`` called it
+  until 2026-12-04; it now sends a plain INSERT, docs/adr/004).
+* the statement ``insert_job`` sends for this job (``PreparedJob.statement()``),
   with the parameters precomputed: the SQL side of ``insert_job``.
 * ``prepare_job`` alone: validation, canonical JSON, no database.
 * ``awa_bridge.insert_job`` on an autocommit connection, and inside
@@ -55,7 +56,6 @@ async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]
 
     import awa_bridge
     from awa_bridge.enqueue import prepare_job
-    from awa_bridge.sql import QUERIES
     from awa_bridge.worker.client import Client
 
     conn = await asyncpg.connect(url)
@@ -64,13 +64,13 @@ async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]
     client = Client(url)
     pgq_conn = await asyncpg.connect(url)
     pgq = Queries(AsyncpgDriver(pgq_conn))
-    stmt = QUERIES["insert_job"]
 
     def args(i: int) -> dict[str, Any]:
         return {"to": "a@example.com", "subject": "Hi", "n": i}
 
     prepared = prepare_job(args(0), kind="send_email", queue="bench")
-    ordered = stmt.positional(prepared.params())
+    stmt, params = prepared.statement()
+    ordered = stmt.positional(params)
 
     async def select_1(i: int) -> Any:
         return await conn.fetchval("SELECT 1")

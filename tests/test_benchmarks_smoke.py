@@ -322,8 +322,8 @@ def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str)
     assert "| awa_bridge | awa_bridge Client.insert | asyncpg |" in out
     assert "| baseline | bare INSERT | asyncpg |" in out
     for driver in ("asyncpg", "psycopg", "psycopg-async"):  # the statement insert_job sends, sent bare
-        assert f"| contract | bare awa.insert_job_compat call | {driver} |" in out
-    assert "Client.insert (asyncpg, durable):" in out and "of the bare function call (its client path)" in out
+        assert f"| statement | insert_job's statement, sent bare | {driver} |" in out
+    assert "Client.insert (asyncpg, durable):" in out and "of its own statement sent bare (its client path)" in out
     with psycopg.connect(server_url, autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_bench_{pid}_%",))
         assert [r[0] for r in rows] == []
@@ -363,8 +363,8 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 6, done.stdout
-    assert "select list (insert_job's insert_plain_job)" in done.stdout and "in FROM" in done.stdout
+    assert len(rows) == 1 + 7, done.stdout
+    assert "insert_job's insert_plain_job" in done.stdout and "in FROM" in done.stdout
 
 
 @pytest.mark.slow
