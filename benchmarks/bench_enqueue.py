@@ -27,12 +27,13 @@ import json
 import logging
 import os
 import platform
+import random
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -42,6 +43,9 @@ from awa_bridge.sql import QUERIES
 
 KIND = "send_email"
 QUEUE = "default"
+# The single-enqueue rounds' order is shuffled, the same way in every run.
+SHUFFLE_SEED = 20261204
+_T = TypeVar("_T")
 BARE_INSERT = "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, $3) RETURNING id"
 BARE_INSERT_PSYCOPG = "INSERT INTO awa.jobs (kind, queue, args) VALUES (%s, %s, %s) RETURNING id"
 # The statement insert_job sends for a job at every default (an INSERT of kind,
@@ -655,6 +659,22 @@ def set_synchronous_commit(dbs: Databases, value: str | None) -> None:
                 conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = {value}')
 
 
+def next_order(previous: list[_T], shuffler: random.Random) -> list[_T]:
+    """The cases' order for the next round of chunks: shuffled, and never starting with the case
+    that ended the previous round.
+
+    A case that ran two chunks back to back would run its second one with its connection, its
+    server process and its code already warm; alternating forward and reversed rounds gave that
+    to the first and the last case every time (the first being asyncpg's bare INSERT, a baseline).
+    Shuffling also stops any case from always following the same other one.
+    """
+    order = list(previous)
+    shuffler.shuffle(order)
+    if len(order) > 1 and previous and order[0] is previous[-1]:
+        order[0], order[-1] = order[-1], order[0]
+    return order
+
+
 async def run_single_phase(phase: str, cases: list[Case], args: argparse.Namespace) -> None:
     """Every case keeps its connection; the timed jobs run round-robin in chunks.
 
@@ -678,10 +698,11 @@ async def run_single_phase(phase: str, cases: list[Case], args: argparse.Namespa
         elapsed = {case.key: 0.0 for case, _, _ in opened}
         samples: dict[str, list[float]] = {case.key: [] for case, _, _ in opened}
         first, chunk_no = 0, 0
+        order = list(opened)
+        shuffler = random.Random(SHUFFLE_SEED)
         while first < args.single:
             count = min(args.chunk, args.single - first)
-            # Alternate the order so no case always runs right after another.
-            order = opened if chunk_no % 2 == 0 else list(reversed(opened))
+            order = next_order(order, shuffler)
             for case, run, _ in order:
                 if case.error:
                     continue

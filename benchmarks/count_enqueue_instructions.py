@@ -7,7 +7,9 @@ in a child process of this script), and the difference of the two totals
 divided by the difference of the call counts is the cost of one call, start-up
 excluded. It counts the Python process only (the interpreter, the driver,
 the event loop and the system-call entry), not PostgreSQL's side of the
-statement.
+statement. A second table takes ``insert_job``'s own client path apart
+(``prepare_job``'s steps, the statement, the returned ``Job``), with no
+database, each row one step more than the row before.
 
     python benchmarks/count_enqueue_instructions.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
@@ -113,9 +115,47 @@ CASES = [
 ]
 
 
+# insert_job's client path taken apart, no database: each part adds one step to the one before,
+# so the difference of two rows is what that step costs. The args object is made in every row.
+PARTS = [
+    "the args object (a dataclass) alone",
+    "+ coerce_args (its fields read into a dict, its kind)",
+    "+ canonical_json (validation and the sorted JSON text)",
+    "= prepare_job (+ name check, the PreparedJob)",
+    "+ statement() and its asyncpg parameters",
+    "+ inserted() (the returned Job)",
+]
+
+
+def _parts_case(case: str, calls: int) -> None:
+    from datetime import UTC, datetime
+
+    from awa_bridge import prepare_job
+    from awa_bridge.args import canonical_json, coerce_args
+
+    now = datetime.now(UTC)
+    row = {"id": 1, "run_at": now, "created_at": now}
+    step = PARTS.index(case)
+    for n in range(calls):
+        args = SendEmail("a@example.com", "Hi", n)
+        if step in (1, 2):
+            data, _kind = coerce_args(args)
+            if step == 2:
+                canonical_json(data, "args")
+        elif step >= 3:
+            prepared = prepare_job(args)
+            if step >= 4:
+                query, params = prepared.statement()
+                query.positional(params)
+            if step == 5:
+                prepared.inserted(row)
+
+
 def run_case(url: str, case: str, calls: int) -> None:
     """The child's work: ``calls`` single enqueues of ``case`` on an autocommit connection."""
-    if case.endswith("psycopg"):
+    if case in PARTS:
+        _parts_case(case, calls)
+    elif case.endswith("psycopg"):
         _psycopg_case(url, case, calls)
     elif case.endswith("psycopg-async"):
         asyncio.run(_psycopg_async_case(url, case, calls))
@@ -220,6 +260,20 @@ def count(args: argparse.Namespace, url: str) -> None:
             bare[driver] = per_call
         ratio = f"{per_call / bare[driver]:.2f}" if driver in bare else "-"
         print(f"| {case} | {per_call:,} | {ratio} |", flush=True)
+    parts = [part for part in PARTS if not args.only or any(bit in part for bit in args.only.split(","))]
+    if not parts:
+        return
+    print()
+    print("| insert_job's client path, part by part (no database) | client instructions per call | this step |")
+    print("|---|---:|---:|")
+    before: int | None = None
+    for part in parts:
+        per_call = (instructions(url, part, args.large) - instructions(url, part, args.small)) // (
+            args.large - args.small
+        )
+        step = f"{per_call - before:,}" if before is not None else "-"
+        print(f"| {part} | {per_call:,} | {step} |", flush=True)
+        before = per_call
 
 
 if __name__ == "__main__":

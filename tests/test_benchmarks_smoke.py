@@ -27,10 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
+import bench_enqueue  # noqa: E402
 import bench_procs  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_soak  # noqa: E402
 import bench_worker  # noqa: E402
+import count_enqueue_instructions  # noqa: E402
 
 
 def leftover_databases(server_url: str, pid: int) -> list[str]:
@@ -309,6 +311,29 @@ def test_warm_rate_leaves_the_start_up_out() -> None:
     assert bench_scale.DrainRun(n=10, seconds=1.0, rate=10.0, progress=[(1.0, 0)]).warm_rate == 10.0
 
 
+def test_enqueue_rounds_are_shuffled_and_no_case_runs_twice_in_a_row() -> None:
+    """The single-enqueue rounds: each a permutation of the cases, the same in every run, and
+    never starting with the case that ended the round before (a second chunk in a row would run warm)."""
+    import itertools
+    import random
+
+    cases = [f"case{i}" for i in range(5)]
+
+    def rounds() -> list[list[str]]:
+        shuffler, order, made = random.Random(bench_enqueue.SHUFFLE_SEED), cases, []
+        for _ in range(200):
+            order = bench_enqueue.next_order(order, shuffler)
+            made.append(order)
+        return made
+
+    made = rounds()
+    assert made == rounds()
+    assert all(sorted(order) == cases for order in made)
+    assert all(after[0] != before[-1] for before, after in itertools.pairwise(made))
+    assert len({order[0] for order in made}) == len(cases), "every case gets to go first"
+    assert bench_enqueue.next_order(["only"], random.Random(1)) == ["only"]
+
+
 def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str) -> None:
     """``bench_enqueue.py --autocommit`` runs the ``Client.insert`` case beside its bare-INSERT baseline
     and the bare call of the function it enqueues through, and prints its ratio to each."""
@@ -365,6 +390,30 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 7, done.stdout
     assert "insert_job's insert_plain_job" in done.stdout and "in FROM" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_client_instruction_count_takes_insert_job_apart(server_url: str) -> None:
+    """``count_enqueue_instructions.py`` prints its part-by-part table, and every part it names runs.
+
+    Each part runs as the script's child does, without valgrind (a part that stopped matching
+    ``prepare_job`` or ``PreparedJob`` would raise there); one part is then counted the documented
+    way, under valgrind, and its row printed with a count.
+    """
+    script = str(BENCH / "count_enqueue_instructions.py")
+    for part in count_enqueue_instructions.PARTS:
+        done = subprocess.run(
+            [sys.executable, script, "--child", part, "--calls", "3", "--database-url", server_url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (part, done.stderr[-3000:])
+    only = ["--only", "the args", "--small", "2", "--large", "4"]
+    out, _, _ = run_script(server_url, "count_enqueue_instructions.py", *only)
+    row = next(line for line in out.splitlines() if line.startswith("| the args object"))
+    assert int(row.split("|")[2].replace(",", "")) > 0, out
 
 
 @pytest.mark.slow

@@ -110,6 +110,25 @@ async def test_scheduled_run_at_and_round_trip(handle: Handle, db_url: str) -> N
     assert job.errors == []
 
 
+async def test_ordering_key_commits_and_rolls_back_with_the_job(handle: Handle, db_url: str) -> None:
+    """A job with an ordering key takes the third insert statement (through the contract's
+    function, since awa.jobs has no column for the key): on every driver its key lands
+    beside the job, as bytes, and a rolled-back savepoint takes both away."""
+    await handle.begin()
+    plain = await handle.insert(SendEmail(to="plain@b.com", subject="Hi"))
+    ordered = await handle.insert(SendEmail(to="ordered@b.com", subject="Hi"), ordering_key="customer-7")
+    async with handle.savepoint_rolled_back():
+        await handle.insert(SendEmail(to="dropped@b.com", subject="Hi"), ordering_key=b"\x00\xffraw")
+    await handle.commit()
+    assert ordered.state is JobState.available
+    assert ordered.args == {"to": "ordered@b.com", "subject": "Hi"}
+    with psycopg.connect(db_url) as conn:
+        keys = conn.execute("SELECT job_id, ordering_key FROM awa.job_ordering_keys").fetchall()
+        ids = [row[0] for row in conn.execute("SELECT id FROM awa.jobs ORDER BY id").fetchall()]
+    assert ids == [plain.id, ordered.id]
+    assert keys == [(ordered.id, b"customer-7")]
+
+
 PAYLOADS = {
     "unicode": {"text": 'héllo ✓ 日本語 \u2028 "quoted" \\ back', "emoji": "🎉"},
     "nested": {"a": [1, 2.5, {"b": [None, True, False, {"c": "d"}]}], "z": {"y": {"x": []}}},
