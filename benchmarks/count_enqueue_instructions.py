@@ -170,10 +170,14 @@ def callgrind(
 
     ``run_as`` goes before valgrind (``runuser -u postgres --`` for a server
     that refuses root). Only the total is read, from valgrind's own summary,
-    so the profile itself is not kept.
+    so the profile itself is not kept. A Python program runs with one fixed
+    hash seed: with a random one, two runs of the same child differed by
+    close to a million instructions (the order of its sets and dicts), a
+    third of what a thousand calls of the smallest part cost.
     """
     command = [*run_as, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *program]
-    done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True, env=env)
     found = re.search(r"Collected : ([\d,]+)", done.stderr)
     if found is None:
         raise RuntimeError(f"no instruction count from valgrind for {label!r}: {done.stderr[-500:]}")
@@ -183,6 +187,11 @@ def callgrind(
 def instructions(url: str, case: str, calls: int) -> int:
     child = [sys.executable, __file__, "--child", case, "--calls", str(calls), "--database-url", url]
     return callgrind(child, case)[0]
+
+
+def per_call(url: str, case: str, args: argparse.Namespace) -> int:
+    """Instructions of one call of ``case``: the difference of a ``--large`` and a ``--small`` run."""
+    return (instructions(url, case, args.large) - instructions(url, case, args.small)) // (args.large - args.small)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,14 +261,12 @@ def count(args: argparse.Namespace, url: str) -> None:
     print("|---|---:|---:|")
     bare: dict[str, int] = {}
     for case in cases:
-        per_call = (instructions(url, case, args.large) - instructions(url, case, args.small)) // (
-            args.large - args.small
-        )
+        cost = per_call(url, case, args)
         driver = case.rsplit(", ", 1)[-1] if ", " in case else "asyncpg"
         if case.startswith("bare"):
-            bare[driver] = per_call
-        ratio = f"{per_call / bare[driver]:.2f}" if driver in bare else "-"
-        print(f"| {case} | {per_call:,} | {ratio} |", flush=True)
+            bare[driver] = cost
+        ratio = f"{cost / bare[driver]:.2f}" if driver in bare else "-"
+        print(f"| {case} | {cost:,} | {ratio} |", flush=True)
     parts = [part for part in PARTS if not args.only or any(bit in part for bit in args.only.split(","))]
     if not parts:
         return
@@ -268,12 +275,10 @@ def count(args: argparse.Namespace, url: str) -> None:
     print("|---|---:|---:|")
     before: int | None = None
     for part in parts:
-        per_call = (instructions(url, part, args.large) - instructions(url, part, args.small)) // (
-            args.large - args.small
-        )
-        step = f"{per_call - before:,}" if before is not None else "-"
-        print(f"| {part} | {per_call:,} | {step} |", flush=True)
-        before = per_call
+        cost = per_call(url, part, args)
+        step = f"{cost - before:,}" if before is not None else "-"
+        print(f"| {part} | {cost:,} | {step} |", flush=True)
+        before = cost
 
 
 if __name__ == "__main__":
