@@ -670,7 +670,7 @@ def next_order(previous: list[_T], shuffler: random.Random) -> list[_T]:
     """
     order = list(previous)
     shuffler.shuffle(order)
-    if len(order) > 1 and previous and order[0] is previous[-1]:
+    if len(order) > 1 and order[0] is previous[-1]:
         order[0], order[-1] = order[-1], order[0]
     return order
 
@@ -697,7 +697,7 @@ async def run_single_phase(phase: str, cases: list[Case], args: argparse.Namespa
                 _fail(case, exc)
         elapsed = {case.key: 0.0 for case, _, _ in opened}
         samples: dict[str, list[float]] = {case.key: [] for case, _, _ in opened}
-        first, chunk_no = 0, 0
+        first = 0
         order = list(opened)
         shuffler = random.Random(SHUFFLE_SEED)
         while first < args.single:
@@ -716,7 +716,6 @@ async def run_single_phase(phase: str, cases: list[Case], args: argparse.Namespa
                 elapsed[case.key] += took
                 samples[case.key].append(count / took)
             first += count
-            chunk_no += 1
         for case, _, _ in opened:
             if not case.error:
                 case.results[phase] = Measurement(args.single / elapsed[case.key], samples[case.key])
