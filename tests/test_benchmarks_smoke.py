@@ -393,6 +393,16 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_instruction_counts_of_one_program_repeat_exactly() -> None:
+    """``callgrind`` runs a Python child with one fixed hash seed, so the same program counts the
+    same twice (with a random seed two runs differed by up to a million instructions)."""
+    program = [sys.executable, "-c", "import json; json.dumps({str(i): i for i in range(50)})"]
+    first, _ = count_enqueue_instructions.callgrind(program, "twice")
+    second, _ = count_enqueue_instructions.callgrind(program, "twice")
+    assert first == second
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_client_instruction_count_takes_insert_job_apart(server_url: str) -> None:
     """``count_enqueue_instructions.py`` prints its part-by-part table, and every part it names runs.
 
