@@ -166,6 +166,42 @@ async def test_insert_many_commits_and_skips_duplicates(handle: Handle, db_url: 
     assert committed_jobs(db_url) == 52
 
 
+async def test_insert_many_rows_take_the_defaults_or_their_options(handle: Handle, db_url: str) -> None:
+    """A batch of plain jobs copies kind, queue and args only; one that turns non-plain midway
+    (a PreparedJob with options after three plain jobs) writes the earlier rows in full. Either
+    way each stored row is what ``insert_job`` of the same job stores."""
+    special = awa_bridge.prepare_job(
+        SendEmail(to="9", subject="x"), priority=1, max_attempts=3, metadata={"m": 1}, tags=["t"], queue="other"
+    )
+    await handle.begin()
+    await handle.insert_many([SendEmail(to=str(i), subject="x") for i in range(3)])
+    await handle.insert_many([*(SendEmail(to=str(i), subject="x") for i in range(3, 6)), special])
+    await handle.commit()
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT (args->>'to')::int, state::text, priority, max_attempts, metadata, tags, queue,"
+            " run_at = created_at, unique_key IS NULL FROM awa.jobs ORDER BY 1"
+        ).fetchall()
+    plain = [(i, "available", 2, 25, {}, [], "default") for i in range(6)]
+    assert [row[:7] for row in rows] == [*plain, (9, "available", 1, 3, {"m": 1}, ["t"], "other")]
+    assert all(row[8] for row in rows)
+    assert all(row[7] for row in rows[:3]), "a plain batch's run_at is the table's now(), as created_at"
+
+
+def test_a_plain_batch_copies_three_columns_and_a_mixed_one_all() -> None:
+    from awa_bridge.enqueue import _bulk_rows
+
+    plain = _bulk_rows([SendEmail(to="1", subject="x"), SendEmail(to="2", subject="x")], {})
+    assert plain.columns == ("kind", "queue", "args")
+    assert [row[2] for row in plain.rows] == ['{"subject":"x","to":"1"}', '{"subject":"x","to":"2"}']
+    scheduled = awa_bridge.prepare_job(SendEmail(to="3", subject="x"), run_at="2030-01-01T00:00:00Z")
+    mixed = _bulk_rows([SendEmail(to="1", subject="x"), scheduled, SendEmail(to="2", subject="x")], {})
+    assert len(mixed.columns) == 11 and all(len(row) == 11 for row in mixed.rows)
+    assert [row[3] for row in mixed.rows] == ["available", "scheduled", "available"]
+    assert mixed.rows[0][6] == mixed.rows[2][6], "rows without run_at share one timestamp per call"
+    assert [row[4:6] for row in mixed.rows] == [(2, 25)] * 3
+
+
 async def test_insert_many_rolls_back(handle: Handle, db_url: str) -> None:
     await handle.begin()
     await handle.insert_many([{"i": i} for i in range(10)], kind="bulk", unique=True)

@@ -506,7 +506,13 @@ async def test_unique_bulk_insert_is_refused_on_awa_pg_and_the_transaction_stays
             await conn.close()
     with psycopg.connect(awa_db.url, autocommit=True) as conn:
         kinds = dict(conn.execute("SELECT kind, count(*) FROM awa.jobs GROUP BY kind").fetchall())
+        # The plain batch copied kind, queue and args only; awa-pg's view filled in the rest.
+        plain = conn.execute(
+            "SELECT DISTINCT state::text, priority, max_attempts, run_at IS NOT NULL FROM awa.jobs"
+            " WHERE kind = 'bulk_plain'"
+        ).fetchall()
     assert kinds.get("bulk_unique") == 1
+    assert plain == ([("available", 2, 25, True)] if flavour == "psycopg" else [])
 
 
 def test_django_awa_worker_refuses_to_start_on_an_awa_pg_database(awa_db: AwaDatabase) -> None:
