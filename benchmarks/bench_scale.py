@@ -640,7 +640,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--retained", type=int, default=10_000_000, help="finished jobs in the table (10,000,000)")
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs per retained/empty drain (default 50,000)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the short drains (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the short drains (default 5)")
     parser.add_argument("--backlog", type=int, default=1_000_000, help="the big backlog (default 1,000,000)")
     parser.add_argument("--small", type=int, default=50_000, help="the small backlog it is compared with (50,000)")
     parser.add_argument(

@@ -9,9 +9,10 @@ import builtins
 import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import asyncpg
 import psycopg
@@ -753,14 +754,34 @@ def test_beat_entries_keep_args_options_and_the_tasks_defaults() -> None:
     assert urgent.priority == 1 and urgent.queue == "q"
 
 
+def _next_london_half_past_two(after: datetime) -> datetime:
+    """The nightly report's next fire ("30 2 * * *", Europe/London) after ``after``, by hand."""
+    london = ZoneInfo("Europe/London")
+    day = after.astimezone(london).date()
+    while (fire := datetime.combine(day, time(2, 30), tzinfo=london)) <= after:
+        day += timedelta(days=1)
+    return fire
+
+
 async def test_a_beat_entry_fires_and_runs_on_the_worker(worker, shop: Celery, db_url: str) -> None:
     await worker()  # declares the schedules in awa.cron_jobs
     conn = await asyncpg.connect(db_url)
     try:
         names = {r["name"] for r in await conn.fetch("SELECT name FROM awa.cron_jobs")}
         assert names == {"nightly-sales-report", "refresh-exchange-rates"}
-        tick = await fire_due_schedules(conn, now=datetime.now(UTC) + timedelta(minutes=16))
-        assert set(tick.enqueued) == {"refresh-exchange-rates"}
+        # Fire just past the first quarter hour after the schedules were declared (one a minute
+        # or more away, so the worker's own leader cannot get there first). Whether the nightly
+        # report is due then depends on the wall clock: due only when that quarter is 02:30 London.
+        declared = await conn.fetchval("SELECT max(created_at) FROM awa.cron_jobs")
+        quarter = declared.replace(second=0, microsecond=0) + timedelta(minutes=15 - declared.minute % 15)
+        if quarter - declared < timedelta(minutes=1):
+            quarter += timedelta(minutes=15)
+        fire_at = quarter + timedelta(seconds=1)
+        expected = {"refresh-exchange-rates"}
+        if _next_london_half_past_two(declared) <= fire_at:
+            expected.add("nightly-sales-report")
+        tick = await fire_due_schedules(conn, now=fire_at)
+        assert set(tick.enqueued) == expected
         job_id = await conn.fetchval("SELECT id FROM awa.jobs WHERE kind = $1", tasks.refresh_rates.name)
     finally:
         await conn.close()
