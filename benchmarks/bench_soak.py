@@ -539,13 +539,19 @@ async def live_rows(session: Session) -> int:
 async def find_max(session: Session, meter: Meter, args: argparse.Namespace) -> float | None:
     """Ramp the rate (x2 while sustained, then bisect); the highest rate sustained, or None."""
     assert session.producer is not None
-    say(f"\n{session.system.name}: finding the highest sustained rate ({args.step_seconds:g} s steps)")
+    # A step shorter than the retention never meets the cleanup of its own jobs: at 13,000 jobs/s
+    # 30-second steps passed where a soak failed once deletions began, two minutes in (2026-12-05).
+    settle = args.step_settle if args.step_settle is not None else args.retention + 30
+    say(
+        f"\n{session.system.name}: finding the highest sustained rate "
+        f"(each step {settle:g} s to settle, then {args.step_seconds:g} s measured)"
+    )
     say("| offered/s | produced/s | handled/s | p95 ms | live at end | sustained |")
 
     async def step(rate: float) -> bool:
         assert session.producer is not None
         session.producer.set_rate(rate)
-        await asyncio.sleep(min(3.0, args.step_seconds / 3))  # settle
+        await asyncio.sleep(settle)
         await meter.reset()
         await asyncio.sleep(args.step_seconds)
         session.check_producer()
@@ -722,6 +728,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--start-rate", type=float, default=500.0, help="--find-max: first step (default 500/s)")
     parser.add_argument("--max-rate", type=float, default=200_000.0, help="--find-max: stop doubling here")
     parser.add_argument("--step-seconds", type=float, default=30.0, help="--find-max: measured seconds per step (30)")
+    parser.add_argument(
+        "--step-settle",
+        type=float,
+        help="--find-max: seconds each step runs before it is measured (default: --retention + 30, so that "
+        "the cleanup of the step's own finished jobs has begun)",
+    )
     parser.add_argument("--bisect", type=int, default=3, help="--find-max: bisection steps after doubling (3)")
     parser.add_argument(
         "--max-p95-ms", type=float, default=100.0, help="--find-max: a step with a higher p95 is not sustained (100)"
@@ -740,6 +752,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--processes and --concurrency must be >= 1")
     if args.find_max and (args.start_rate <= 0 or args.step_seconds <= 0):
         parser.error("--start-rate and --step-seconds must be positive")
+    if args.step_settle is not None and args.step_settle < 0:
+        parser.error("--step-settle must be >= 0")
     if args.bridge_config:
         from awa_bridge.worker.config import WorkerConfig
 

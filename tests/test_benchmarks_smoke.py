@@ -113,12 +113,14 @@ def test_soak_find_max_ramps_then_soaks(server_url: str) -> None:
         "100",
         "--step-seconds",
         "1",
+        "--step-settle",
+        "0.5",
         "--minutes",
         "0.05",
         "--report-seconds",
         "1",
     )
-    assert "finding the highest sustained rate" in err
+    assert "finding the highest sustained rate (each step 0.5 s to settle, then 1 s measured)" in err
     assert "Highest sustained rate found:" in out or "no rate from 50/s up was sustained" in out
 
 
