@@ -61,23 +61,16 @@ class PreparedJob:
         ``insert_ordered_job`` for one with an ordering key, else ``insert_job``."""
         if self.ordering_key is not None:
             return _INSERT_ORDERED, {**self.params(), "ordering_key": self.ordering_key}
-        if self.plain:
-            return _INSERT_PLAIN, {"kind": self.kind, "queue": self.queue, "args": self.args_json}
-        return _INSERT_ROW, self.params()
-
-    @property
-    def plain(self) -> bool:
-        """True for a job the table's defaults describe but for its kind, queue and args: available
-        now, default priority and attempts, no metadata, tags, unique or ordering key."""
-        return (
+        if (
             self.run_at is None
             and self.priority == DEFAULT_PRIORITY
             and self.max_attempts == DEFAULT_MAX_ATTEMPTS
             and self.metadata_json == "{}"
             and not self.tags
             and self.unique_key is None
-            and self.ordering_key is None
-        )
+        ):
+            return _INSERT_PLAIN, {"kind": self.kind, "queue": self.queue, "args": self.args_json}
+        return _INSERT_ROW, self.params()
 
     def params(self) -> dict[str, Any]:
         """Parameters of the ``insert_job`` query (every column a caller chooses)."""
@@ -395,10 +388,16 @@ _COPY_COLUMNS = (
     "unique_key",
     "unique_states",
 )
-# A batch of plain jobs (PreparedJob.plain) copies only these and takes the rest from the table's
-# defaults, as insert_plain_job does: a third of the columns to encode and send, and on psycopg's
-# text COPY about a quarter off the COPY itself.
+# A batch of plain jobs (_plain) copies only these and takes the rest from the table's defaults, as
+# insert_plain_job does: a third of the columns to encode and send, and on psycopg's text COPY about
+# a quarter off the COPY itself.
 _PLAIN_COPY_COLUMNS = _COPY_COLUMNS[:3]
+
+
+def _plain(job: PreparedJob) -> bool:
+    """A job the table's defaults describe but for its kind, queue and args: the one test, which
+    ``statement()`` makes on the single-insert path without a call (it chooses ``insert_plain_job``)."""
+    return job.statement()[0] is _INSERT_PLAIN
 
 
 def _copy_row(job: PreparedJob, now: datetime) -> tuple[Any, ...]:
@@ -466,7 +465,7 @@ def _bulk_rows(jobs: Iterable[Any], opts: dict[str, Any]) -> _BulkRows:
         if job.ordering_key is not None:
             raise ValidationError(f"jobs[{index}].ordering_key", "insert_many does not take ordering keys")
         full = _copy_row(job, now)
-        if plain and not job.plain:
+        if plain and not _plain(job):
             plain = False
             tail: tuple[Any, ...] = (
                 JobState.available.value,
