@@ -161,6 +161,17 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
     assert "## Retention cleanup: 2,000 finished jobs past their retention" in out
 
 
+def test_soak_refuses_a_negative_step_settle() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_soak.py"), "--find-max", "--step-settle", "-1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--step-settle must be >= 0" in done.stderr, done
+
+
 @pytest.mark.slow
 def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: str) -> None:
     proc = subprocess.Popen(
