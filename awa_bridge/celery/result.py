@@ -293,6 +293,10 @@ class AsyncResult:
             time.sleep(interval if deadline is None else max(min(interval, deadline - now), 0.0))
         value = self._outcome(row)
         if state != states.SUCCESS and propagate:
+            if parents:
+                # The parent may have failed (and so this one) between the check above and the fetch:
+                # its error still comes first, whichever poll saw the failures.
+                self._maybe_reraise_parent_error()
             raise value
         return value
 
