@@ -190,7 +190,7 @@ def test_claim_sql_uses_a_cte_fence_and_rechecks_state() -> None:
     sql = QUERIES["claim_jobs"].pyformat
     assert sql.lstrip().startswith("WITH candidates AS (")
     assert "FOR UPDATE SKIP LOCKED" in sql
-    assert "WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state = 'available'" in sql
+    assert "WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state::text = 'available'" in sql
     assert "ORDER BY priority, run_at, id" in sql
 
 
