@@ -5,20 +5,23 @@ which the planner turned into a hash join over a sequential scan of the whole
 table: every batch of 10,000 read every row, and cleanup fell behind any
 worker that finished jobs faster than it could scan. These tests fill a table
 the way a busy system looks (finished jobs in and out of retention, a few
-failed ones inside their longer window, running jobs), let ANALYZE see it, and
-read the real plans of the statements the leader runs: each batch must come
-from an index range and be deleted by row address, never by a scan of the
-table. They also check what each statement does.
+failed ones inside their longer window, running jobs), let ANALYZE see it or
+not (a bulk load before autovacuum's first ANALYZE, a server with autovacuum
+off), and read the real plans of the statements the leader runs: each batch
+must come from an index range and be deleted by row address, never by a scan
+of the table. They also check what each statement does.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
+from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory
 
@@ -30,10 +33,15 @@ OLD, FRESH, FAILED, RUNNING = 30_000, 30_000, 3_000, 200
 DAY = 86_400.0
 
 
-@pytest.fixture
-def busy(db_url: str) -> str:
+HISTORY_TABLES = "awa.jobs, awa.job_actions, awa.job_attempts, awa.job_claims"
+
+
+@pytest.fixture(params=["analyzed", "never analyzed"])
+def busy(request: pytest.FixtureRequest, make_database: Callable[[], str]) -> str:
     """Completed jobs past the completed retention (a day) and inside it; failed ones inside the
     failed retention (three days) but past the completed one; running ones, half past their deadline."""
+    db_url = make_database()
+    migrate(db_url)
     fill = (
         "INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, attempted_at, finalized_at,"
         " heartbeat_at, deadline_at)"
@@ -41,6 +49,9 @@ def busy(db_url: str) -> str:
         " now() - make_interval(secs => %s + g %% 600), %s, %s FROM generate_series(1, %s) AS g"
     )
     with psycopg.connect(db_url, autocommit=True) as conn:
+        if request.param == "never analyzed":  # and autovacuum must not analyze them meanwhile
+            for table in HISTORY_TABLES.split(", "):
+                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         conn.execute(fill, ("completed", 2 * DAY, None, None, OLD))
         conn.execute(fill, ("completed", 60.0, None, None, FRESH))
         conn.execute(fill, ("failed", 1.5 * DAY, None, None, FAILED))
@@ -68,7 +79,10 @@ def busy(db_url: str) -> str:
             f" SELECT {at}, gen_random_uuid(), 'h/1', ARRAY[-g] FROM generate_series(1, %s) AS g",
             (OLD,),
         )
-        conn.execute("ANALYZE awa.jobs, awa.job_actions, awa.job_attempts, awa.job_claims")
+        if request.param == "analyzed":
+            conn.execute(f"ANALYZE {HISTORY_TABLES}")
+        else:
+            assert conn.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'awa'").fetchone() == (0,)
     return db_url
 
 
