@@ -161,6 +161,17 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
     assert "## Retention cleanup: 2,000 finished jobs past their retention" in out
 
 
+@pytest.mark.slow
+def test_scale_drains_a_never_analyzed_backlog(server_url: str) -> None:
+    """``--no-analyze``: the drains start on jobs no ANALYZE has seen, as after a bulk load."""
+    out, err, _ = run_script(
+        server_url, "bench_scale.py", "--only", "backlog", "--no-analyze", "--backlog", "2000", "--small", "300"
+    )
+    assert "FAILED" not in out, out + err
+    assert "Queued jobs never ANALYZEd (--no-analyze)." in out
+    assert "Big / small: **" in out
+
+
 def test_soak_refuses_a_negative_step_settle() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_soak.py"), "--find-max", "--step-settle", "-1"],
