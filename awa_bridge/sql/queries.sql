@@ -584,13 +584,21 @@ SELECT count(*) AS deleted FROM deleted
 -- its latest attempt (attempted_at = claimed_at) without a row of its own in
 -- awa.job_attempts. Typically every job of a claim completed and was deleted
 -- by retention; a job still running or retained keeps its claim.
+-- Each claim's jobs are probed by primary key: OFFSET 0 keeps both NOT EXISTS
+-- as subplans run per row, where the planner could otherwise make them anti
+-- joins. On tables without statistics PostgreSQL 18 did: a merge anti join on
+-- attempted_at = claimed_at over a hash of every job and every attempt record,
+-- the whole of both tables read for each batch.
 WITH doomed AS (
     SELECT c.ctid FROM awa.job_claims AS c
     WHERE c.claimed_at < now() - make_interval(secs => %(retention_seconds)s)
       AND NOT EXISTS (
           SELECT 1 FROM awa.jobs AS j
           WHERE j.id = ANY(c.job_ids) AND j.attempted_at = c.claimed_at
-            AND NOT EXISTS (SELECT 1 FROM awa.job_attempts AS a WHERE a.job_id = j.id AND a.run_lease = j.run_lease)
+            AND NOT EXISTS (
+                SELECT 1 FROM awa.job_attempts AS a WHERE a.job_id = j.id AND a.run_lease = j.run_lease OFFSET 0
+            )
+          OFFSET 0
       )
     ORDER BY c.claimed_at
     LIMIT %(limit)s
