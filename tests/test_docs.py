@@ -1,4 +1,4 @@
-"""Docs that cannot drift: every ```python block of README.md and docs/howto/*.md runs here.
+"""Docs that cannot drift: every ```python and ```sql block of README.md and docs/howto/*.md runs here.
 
 The blocks of one document run in order in one namespace (as a reader types
 them into one session), on a real migrated database; a block with top-level
@@ -30,11 +30,14 @@ import psycopg
 import pytest
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from awa_bridge.migrations import migrate
+
 from .dbutil import with_driver
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs" / "howto").glob("*.md"))]
 _FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_SQL_FENCE = re.compile(r"^```sql\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _MARK = re.compile(r"^<!--\s*(illustration|doc-test:\s*(.*?))\s*-->$")
 
 
@@ -364,3 +367,22 @@ def test_illustrations_are_few() -> None:
     illustrations = [f"{b.document}:{b.line}" for b in every if b.illustration]
     assert len(every) >= 35
     assert len(illustrations) <= len(every) // 5, illustrations
+
+
+SQL_BLOCKS = [
+    (document, (REPO / document).read_text(encoding="utf-8").count("\n", 0, m.start()) + 1, m.group(1))
+    for document in DOCUMENTS
+    for m in _SQL_FENCE.finditer((REPO / document).read_text(encoding="utf-8"))
+]
+
+
+@pytest.mark.parametrize(("document", "line", "code"), SQL_BLOCKS, ids=[f"{d}:{n}" for d, n, _ in SQL_BLOCKS])
+def test_every_sql_block_runs(document: str, line: int, code: str, make_database: Callable[[], str]) -> None:
+    """As a reader would paste it into psql, on a database of its own (a block may change settings of the schema)."""
+    url = make_database()
+    migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            conn.execute(code)
+        except psycopg.Error as exc:
+            raise AssertionError(f"{document}:{line}: {type(exc).__name__}: {exc}") from exc
