@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
@@ -53,3 +56,21 @@ def drop_database(server_url: str, url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def statistics(conn: psycopg.Connection[Any], tables: list[str], analyzed: bool) -> Iterator[None]:
+    """Around filling ``tables`` (autocommit): then ANALYZE them, or leave them as a bulk load does
+    before autovacuum's first ANALYZE, which must not come meanwhile (checked: no statistics at all)."""
+    if not analyzed:
+        for table in tables:
+            conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    yield
+    if analyzed:
+        conn.execute(f"ANALYZE {', '.join(tables)}")
+    else:
+        names = [table.split(".")[-1] for table in tables]
+        found = conn.execute(
+            "SELECT count(*) FROM pg_stats WHERE schemaname = 'awa' AND tablename = ANY(%s)", (names,)
+        ).fetchone()
+        assert found == (0,), found

@@ -50,10 +50,10 @@ class Block:
     profiles: list[str] = field(default_factory=list)
 
 
-def blocks(document: str) -> list[Block]:
+def blocks(document: str, fence: re.Pattern[str] = _FENCE) -> list[Block]:
     text = (REPO / document).read_text(encoding="utf-8")
     found = []
-    for match in _FENCE.finditer(text):
+    for match in fence.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         before = [ln.strip() for ln in text[: match.start()].splitlines() if ln.strip()]
         mark = _MARK.match(before[-1]) if before else None
@@ -369,20 +369,16 @@ def test_illustrations_are_few() -> None:
     assert len(illustrations) <= len(every) // 5, illustrations
 
 
-SQL_BLOCKS = [
-    (document, (REPO / document).read_text(encoding="utf-8").count("\n", 0, m.start()) + 1, m.group(1))
-    for document in DOCUMENTS
-    for m in _SQL_FENCE.finditer((REPO / document).read_text(encoding="utf-8"))
-]
+SQL_BLOCKS = [block for document in DOCUMENTS for block in blocks(document, _SQL_FENCE)]
 
 
-@pytest.mark.parametrize(("document", "line", "code"), SQL_BLOCKS, ids=[f"{d}:{n}" for d, n, _ in SQL_BLOCKS])
-def test_every_sql_block_runs(document: str, line: int, code: str, make_database: Callable[[], str]) -> None:
+@pytest.mark.parametrize("block", SQL_BLOCKS, ids=[f"{b.document}:{b.line}" for b in SQL_BLOCKS])
+def test_every_sql_block_runs(block: Block, make_database: Callable[[], str]) -> None:
     """As a reader would paste it into psql, on a database of its own (a block may change settings of the schema)."""
     url = make_database()
     migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
         try:
-            conn.execute(code)
+            conn.execute(block.code)
         except psycopg.Error as exc:
-            raise AssertionError(f"{document}:{line}: {type(exc).__name__}: {exc}") from exc
+            raise AssertionError(f"{block.document}:{block.line}: {type(exc).__name__}: {exc}") from exc

@@ -25,6 +25,7 @@ from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory
 
+from .dbutil import statistics
 from .test_contract import _index_names, _node_types
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,7 @@ OLD, FRESH, FAILED, RUNNING = 30_000, 30_000, 3_000, 200
 DAY = 86_400.0
 
 
-HISTORY_TABLES = "awa.jobs, awa.job_actions, awa.job_attempts, awa.job_claims"
+HISTORY_TABLES = ["awa.jobs", "awa.job_actions", "awa.job_attempts", "awa.job_claims"]
 
 
 @pytest.fixture(params=["analyzed", "never analyzed"])
@@ -48,10 +49,10 @@ def busy(request: pytest.FixtureRequest, make_database: Callable[[], str]) -> st
         " SELECT 'k' || (g %% 7), 'q' || (g %% 3), '{}', CAST(%s AS awa.job_state), 1, 1, now(),"
         " now() - make_interval(secs => %s + g %% 600), %s, %s FROM generate_series(1, %s) AS g"
     )
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        if request.param == "never analyzed":  # and autovacuum must not analyze them meanwhile
-            for table in HISTORY_TABLES.split(", "):
-                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    with (
+        psycopg.connect(db_url, autocommit=True) as conn,
+        statistics(conn, HISTORY_TABLES, request.param == "analyzed"),
+    ):
         conn.execute(fill, ("completed", 2 * DAY, None, None, OLD))
         conn.execute(fill, ("completed", 60.0, None, None, FRESH))
         conn.execute(fill, ("failed", 1.5 * DAY, None, None, FAILED))
@@ -79,10 +80,6 @@ def busy(request: pytest.FixtureRequest, make_database: Callable[[], str]) -> st
             f" SELECT {at}, gen_random_uuid(), 'h/1', ARRAY[-g] FROM generate_series(1, %s) AS g",
             (OLD,),
         )
-        if request.param == "analyzed":
-            conn.execute(f"ANALYZE {HISTORY_TABLES}")
-        else:
-            assert conn.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'awa'").fetchone() == (0,)
     return db_url
 
 

@@ -33,7 +33,7 @@ from psycopg import sql
 from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
 
-from .dbutil import create_database, drop_database
+from .dbutil import create_database, drop_database, statistics
 
 pytestmark = pytest.mark.slow
 
@@ -113,17 +113,8 @@ def big(request: pytest.FixtureRequest, server_url: str) -> Iterator[str]:
     url = create_database(server_url, prefix="awa_plans")
     try:
         migrate(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            if request.param == "analyzed":
-                conn.execute(FILL_JOBS)
-                conn.execute("ANALYZE awa.jobs")
-            else:
-                # As a bulk load leaves it until autovacuum's first ANALYZE, which must not come meanwhile.
-                conn.execute("ALTER TABLE awa.jobs SET (autovacuum_enabled = false)")
-                conn.execute(FILL_JOBS)
-                assert conn.execute(
-                    "SELECT count(*) FROM pg_stats WHERE schemaname = 'awa' AND tablename = 'jobs'"
-                ).fetchone() == (0,)
+        with psycopg.connect(url, autocommit=True) as conn, statistics(conn, ["awa.jobs"], request.param == "analyzed"):
+            conn.execute(FILL_JOBS)
         yield url
     finally:
         drop_database(server_url, url)
