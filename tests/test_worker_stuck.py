@@ -137,6 +137,46 @@ def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_th
     assert not worker.logged("lost maintenance leadership")
 
 
+def test_leader_frozen_mid_pass_does_not_rescue_its_own_jobs_on_thaw(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """The leader is frozen between two services of one pass, and its heartbeats are slow to resume.
+
+    A lock on ``awa.cron_jobs`` holds the cron service's read (a tick runs cron
+    before the heartbeat rescue). The worker is frozen 2 s (staleness 1 s);
+    meanwhile that lock is released and one on ``awa.runtime_instances`` holds
+    its next heartbeat for 0.4 s after the thaw. The pass goes on to the
+    heartbeat rescue with its own heartbeats 2 s old: it must see the gap
+    there, not once the pass is over, and wait a window for them to beat.
+    """
+    queue = unique_queue()
+    env = {"AWA_SLOW_SECONDS": "4", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
+    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    assert leader_of(worker) is worker
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    waiting = """SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%%FROM awa.cron_jobs%%'"""
+    with psycopg.connect(app_db) as cron_lock, psycopg.connect(app_db) as heartbeat_lock:
+        cron_lock.execute("LOCK TABLE awa.cron_jobs IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: probe.value(waiting) == 1, 10, "the cron service to wait for the lock")
+        worker.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            heartbeat_lock.execute("LOCK TABLE awa.runtime_instances IN ACCESS EXCLUSIVE MODE")
+            cron_lock.commit()
+            wait_for(lambda: time.monotonic() - stopped >= 2, 5, "a freeze longer than the staleness window")
+        finally:
+            worker.signal(signal.SIGCONT)
+        thawed = time.monotonic()
+        wait_for(lambda: time.monotonic() - thawed >= 0.4, 5, "the heartbeat to wait")
+        heartbeat_lock.commit()
+    wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
+    for i in ids:
+        row = job(probe, i)
+        assert (row["attempt"], row["errors"], ledger(probe, i)) == (1, [], [(1, "w")])
+
+
 # -- an async handler blocking the leader's event loop -------------------------------------------
 
 

@@ -41,7 +41,7 @@ from ...drivers.connect import connect_async
 from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
-from .services import Service, build_services
+from .services import Service, View, build_services
 
 if TYPE_CHECKING:
     from ...drivers.asyncpg import Asyncpg
@@ -203,21 +203,15 @@ class Maintenance(threading.Thread):
     async def _serve(self, term: Term) -> None:
         """The services, on a connection of their own, while ``term`` is valid."""
         services = build_services(self.config, self.on_rescued)
-        staleness = self.config.heartbeat_staleness
-        # A pass runs each service for about its budget; longer means this thread was not running.
-        allowed = sum(s.budget for s in services) + staleness
+        view = View(self.config.heartbeat_staleness)
         db = None
-        fresh_since = time.monotonic()
         try:
             while True:
                 try:
                     if db is None or db.is_closed():
                         db = await self._connect_uncancelled()
-                        fresh_since = time.monotonic()
-                    started = time.monotonic()
-                    await self._tick(db, services, term, fresh_at=fresh_since + staleness)
-                    if time.monotonic() - started > allowed:  # frozen or starved mid-pass
-                        fresh_since = time.monotonic()
+                        view.restart()
+                    await self._tick(db, services, term, view)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -230,21 +224,19 @@ class Maintenance(threading.Thread):
                 now = time.monotonic()
                 wait = min(s.due for s in services) - now if now < term.valid_until else self.config.promote_interval
                 wait = max(0.0, min(wait, self.config.promote_interval))
+                view.step()
                 await asyncio.sleep(wait)
-                if time.monotonic() - now - wait > staleness:  # overslept: frozen (SIGSTOP) or starved
-                    fresh_since = time.monotonic()
+                view.step(away=wait)  # overslept by more than the window: frozen (SIGSTOP) or starved
         finally:
             if db is not None and not db.is_closed():
                 db.terminate()
 
     @staticmethod
-    async def _tick(db: Asyncpg, services: list[Service], term: Term, fresh_at: float) -> None:
-        """Run the services that are due; ``fresh_at``: when the view of heartbeats is fresh again."""
+    async def _tick(db: Asyncpg, services: list[Service], term: Term, view: View) -> None:
+        """Run the services that are due, while ``term`` is valid."""
         for service in services:
             now = time.monotonic()
             if now >= term.valid_until:
                 return  # the lease may have passed on: act again only after a renewal
-            if service.needs_fresh_view and now < fresh_at:
-                service.due = max(service.due, fresh_at)
             if service.due <= now:
-                await service.run_pass(db)
+                await service.run_pass(db, view)

@@ -31,12 +31,41 @@ log = logging.getLogger("awa_bridge.worker")
 Rescued = Callable[[list[Any]], None]
 
 
+class View:
+    """Whether the leader may judge heartbeats stale: after one staleness window of running without a gap.
+
+    The leader's own process stops beating when it stops running (SIGSTOP, a
+    starved process), so after any gap longer than the window between two of
+    its own steps, wherever the gap fell (in a sleep, between two services,
+    between two batches), it waits one window for its heartbeats to catch up.
+    A step comes right before each batch is sent: a gap inside an earlier
+    statement shows at the next step, before anything is judged on it.
+    """
+
+    def __init__(self, staleness: float) -> None:
+        self.staleness = staleness
+        self.restart()
+
+    def restart(self) -> None:
+        """Fresh one window from now: on taking leadership and on every new connection."""
+        self.seen = time.monotonic()
+        self.fresh_at = self.seen + self.staleness
+
+    def step(self, away: float = 0.0) -> bool:
+        """A step of the leader, ``away`` seconds (a sleep) expected since the last; True once fresh."""
+        now = time.monotonic()
+        if now - self.seen - away > self.staleness:
+            self.fresh_at = now + self.staleness
+        self.seen = now
+        return now >= self.fresh_at
+
+
 class Service:
     """One maintenance concern: a batch statement, its interval, and the loop that repeats it."""
 
     name = "service"
     batch = MAINTENANCE_BATCH
-    # Rescuing stale heartbeats needs a continuous view of the database (see Leader).
+    # Rescuing stale heartbeats needs a continuous view of the database (see View).
     needs_fresh_view = False
 
     def __init__(self, interval: float, budget: float = MAINTENANCE_BUDGET_SECONDS) -> None:
@@ -48,11 +77,18 @@ class Service:
         """One batch; returns how many rows it handled."""
         raise NotImplementedError
 
-    async def run_pass(self, db: Asyncpg) -> int:
-        """Batches until one comes back short or the budget is spent; schedules the next pass."""
+    async def run_pass(self, db: Asyncpg, view: View) -> int:
+        """Batches until one comes back short or the budget is spent; schedules the next pass.
+
+        A service that needs a fresh view stops, before any batch, while the view is not
+        fresh, and is due again when it will be.
+        """
         started = time.monotonic()
         total = 0
         while True:
+            if not view.step() and self.needs_fresh_view:
+                self.due = view.fresh_at
+                return total
             handled = await self.run_batch(db)
             total += handled
             backlog = handled >= self.batch
@@ -136,8 +172,8 @@ class Cleanup(Service):
     async def run_batch(self, db: Asyncpg) -> int:
         return await delete_finished(db, self.completed_retention, self.failed_retention, self.batch)
 
-    async def run_pass(self, db: Asyncpg) -> int:
-        deleted = await super().run_pass(db)
+    async def run_pass(self, db: Asyncpg, view: View) -> int:
+        deleted = await super().run_pass(db, view)
         if deleted:
             log.info("deleted %d finished jobs past retention", deleted)
         return deleted
@@ -174,9 +210,9 @@ class PruneHistory(Service):
         self.pruned = [self.pruned[0] + actions, self.pruned[1] + attempts]
         return max(actions, attempts)  # a backlog in either table calls for another batch
 
-    async def run_pass(self, conn: Any) -> int:
+    async def run_pass(self, conn: Any, view: View) -> int:
         self.pruned = [0, 0]
-        handled = await super().run_pass(conn)
+        handled = await super().run_pass(conn, view)
         if any(self.pruned):
             log.info("pruned %d operator actions and %d attempt records past the history retention", *self.pruned)
         return handled
