@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from awa_bridge.celery import Celery, SoftTimeLimitExceeded
+from awa_bridge.celery import Celery, SoftTimeLimitExceeded, signals
 
 app = Celery("canvas", database_url=os.environ.get("DATABASE_URL"), set_as_current=False)
 
@@ -116,6 +116,20 @@ for fun in PLAIN:
 for fun in BOUND:
     app.task(name=f"canvas.{fun.__name__}", bind=True)(fun)
 app.task(name="canvas.once_only", max_retries=0)(once_only)
+
+
+def fail_slowly(x: Any) -> None:
+    """Fails as ``fail`` does, but the worker writes its failure a second late (the receiver below
+    sleeps in its ``task_failure``, after its chord has been failed, before the handler returns)."""
+    raise ValueError(f"boom {x}")
+
+
+app.task(name="canvas.fail_slowly")(fail_slowly)
+
+
+@signals.task_failure.connect(sender="canvas.fail_slowly")
+def _slow_to_write(**_: Any) -> None:
+    time.sleep(1.0)
 
 
 def reference_app() -> Any:

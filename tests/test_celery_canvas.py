@@ -337,6 +337,19 @@ def test_a_chain_ending_in_a_group_inside_a_chord_header_is_refused_before_writi
         assert cur.fetchone() == (0, 0)
 
 
+async def test_a_members_error_comes_before_the_chord_error_even_when_written_after_it(
+    worker: Any, app: Celery
+) -> None:
+    """The member fails the chord while its handler runs; its own failure is written a second
+    later (``fail_slowly``), after the callback has already failed with ChordError. ``get()`` on
+    the chord still raises the member's error, as Celery's does (Celery stores it first)."""
+    await worker()
+    result = chord([t(app, "add").s(1, 1), t(app, "fail_slowly").s(6)], t(app, "tsum").s()).delay()
+    with pytest.raises(ValueError, match=r"boom 6"):
+        await get(result)
+    assert AsyncResult(result.id, app=app).state == states.FAILURE
+
+
 async def test_errors_in_nested_members_propagate_as_celerys(worker: Any, app: Celery) -> None:
     await worker()
     add, fail, tsum = t(app, "add"), t(app, "fail"), t(app, "tsum")

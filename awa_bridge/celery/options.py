@@ -125,6 +125,7 @@ CALL_OPTIONS = (
     "group_id",
     "group_index",
     "chord_error",
+    "chord_error_from",
 )
 
 REFUSED_CALL_OPTIONS = {

@@ -296,9 +296,29 @@ class AsyncResult:
             if parents:
                 # The parent may have failed (and so this one) between the check above and the fetch:
                 # its error still comes first, whichever poll saw the failures.
+                self._await_chord_cause(row, deadline, interval)
                 self._maybe_reraise_parent_error()
             raise value
         return value
+
+    def _await_chord_cause(self, row: dict[str, Any] | None, deadline: float | None, interval: float) -> None:
+        """Wait (until ``deadline``) for the header member whose failure failed this chord callback.
+
+        The member fails the chord while its handler runs, and its own failure is
+        written once the handler returns: the callback can read FAILURE first. Celery
+        stores the member's failure first, so its ``get`` raises the member's error;
+        waiting for that member (one of this result's parents) keeps it so.
+        """
+        cause = (((row or {}).get("metadata") or {}).get("celery") or {}).get("chord_error_from")
+        if cause is None:
+            return
+        members = (m for node in self._parents() for m in (node.results if isinstance(node, GroupResult) else [node]))
+        member = next((m for m in members if isinstance(m, AsyncResult) and m.id == cause), None)
+        while member is not None and member.state not in states.READY_STATES:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return
+            time.sleep(interval if deadline is None else max(min(interval, deadline - now), 0.0))
 
     def _maybe_reraise_parent_error(self) -> None:
         """As Celery's ``get``: the error of a failed earlier chain step, or of a failed member of

@@ -541,7 +541,7 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
             meta[key] = [maybe_signature(v).to_dict() for v in items]
     if options.get("chain"):
         meta["chain"] = [v if type(v) is dict else v.to_dict() for v in options["chain"]]
-    for key in ("chord", "group_id", "group_index", "parent_id", "root_id", "chord_error"):
+    for key in ("chord", "group_id", "group_index", "parent_id", "root_id", "chord_error", "chord_error_from"):
         if options.get(key) is not None:
             meta[key] = options[key]
     for key in ("time_limit", "soft_time_limit"):

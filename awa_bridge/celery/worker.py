@@ -303,7 +303,7 @@ def _tell_canvas(task: Task, request: Context, meta: dict[str, Any], exc: BaseEx
     slots = [meta["chord"]] if meta.get("chord") else []
     slots += [step["options"]["chord"] for step in meta.get("chain") or () if (step.get("options") or {}).get("chord")]
     for slot in slots:
-        _chord_member_failed(app, slot, f"Dependency {request.id} raised {exc!r}")
+        _chord_member_failed(app, slot, request.id, f"Dependency {request.id} raised {exc!r}")
     if meta.get("chain"):
         _fail_chain_steps(app, request, meta, exc, einfo)
 
@@ -383,7 +383,13 @@ def _lost(app: Any, job_id: int) -> None:
     _tell_canvas(task, request, meta, exc, ExceptionInfo(exc))
 
 
-def _chord_member_failed(app: Any, slot: dict[str, Any], message: str) -> None:
+def _chord_member_failed(app: Any, slot: dict[str, Any], member_id: str | None, message: str) -> None:
+    """Fail the chord once: its callback is enqueued to fail with ChordError, naming the member.
+
+    This runs inside the member's handler, so the callback can fail before the member's
+    own failure is written (the worker writes it once the handler returns); the member is
+    recorded with the callback (``chord_error_from``) for ``get()`` to wait for it.
+    """
     from ..drivers.psycopg import PsycopgSync
     from ..sql import QUERIES
     from .canvas import from_dict
@@ -392,7 +398,8 @@ def _chord_member_failed(app: Any, slot: dict[str, Any], message: str) -> None:
     with conn.transaction():
         rows = PsycopgSync(conn).fetch_all(QUERIES["chord_member_failed"], {"chord_id": slot["id"]})
         if rows:
-            from_dict(rows[0]["callback"], app).apply_async(connection=conn, chord_error=message)
+            callback = from_dict(rows[0]["callback"], app)
+            callback.apply_async(connection=conn, chord_error=message, chord_error_from=member_id)
 
 
 def _takes_request(task: Task) -> bool:
