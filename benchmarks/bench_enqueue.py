@@ -493,14 +493,41 @@ def awa_pg_cases(url: str) -> list[Case]:
 
 def pgqueuer_cases(url: str) -> list[Case]:
     import asyncpg
-    from pgqueuer.db import AsyncpgDriver
-    from pgqueuer.queries import Queries
+    from pgqueuer.db import AsyncpgDriver, PsycopgDriver, SyncPsycopgDriver
+    from pgqueuer.queries import Queries, SyncQueries
 
     reset = lambda: truncate(url, ["pgqueuer", "pgqueuer_log"])  # noqa: E731
 
     async def open_single() -> tuple[Run, Callable[[], Awaitable[None]]]:
         conn = await asyncpg.connect(url)
         queries = Queries(AsyncpgDriver(conn))
+
+        async def run(first: int, count: int) -> None:
+            for n in range(first, first + count):
+                async with single_tx(conn):
+                    await queries.enqueue(KIND, dumps(job_dict(n)).encode())
+
+        return run, conn.close
+
+    # pgqueuer also runs on psycopg (SyncQueries on a sync connection, Queries on an async one),
+    # both in autocommit mode: its single enqueue on each driver awa_bridge's is measured on.
+    async def open_single_psycopg() -> tuple[Run, Callable[[], Awaitable[None]]]:
+        conn = psycopg.connect(url, autocommit=True)
+        queries = SyncQueries(SyncPsycopgDriver(conn))
+
+        async def run(first: int, count: int) -> None:
+            for n in range(first, first + count):
+                with single_tx(conn):
+                    queries.enqueue(KIND, dumps(job_dict(n)).encode())
+
+        async def close() -> None:
+            conn.close()
+
+        return run, close
+
+    async def open_single_psycopg_async() -> tuple[Run, Callable[[], Awaitable[None]]]:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        queries = Queries(PsycopgDriver(conn))
 
         async def run(first: int, count: int) -> None:
             for n in range(first, first + count):
@@ -525,6 +552,14 @@ def pgqueuer_cases(url: str) -> list[Case]:
         Case(
             "single", "pgqueuer", "pgqueuer Queries.enqueue", "asyncpg",
             open_single, reset, "single:bare INSERT:asyncpg",
+        ),
+        Case(
+            "single", "pgqueuer", "pgqueuer SyncQueries.enqueue", "psycopg",
+            open_single_psycopg, reset, "single:bare INSERT:psycopg",
+        ),
+        Case(
+            "single", "pgqueuer", "pgqueuer Queries.enqueue", "psycopg-async",
+            open_single_psycopg_async, reset, "single:bare INSERT:psycopg-async",
         ),
         Case(
             "bulk", "pgqueuer", "pgqueuer Queries.enqueue (lists)", "asyncpg",
@@ -796,6 +831,17 @@ PEER = {
 }
 
 
+def peer_of(by_key: dict[str, Case], case: Case) -> Case | None:
+    """pgqueuer's case to compare ``case`` with: its single enqueue on the same driver where it
+    runs on it (asyncpg, psycopg, psycopg async), else its asyncpg one."""
+    if case.section == "single":
+        same = next((c for c in by_key.values() if c.system == "pgqueuer" and c.section == "single"
+                     and c.driver == case.driver), None)  # fmt: skip
+        if same is not None:
+            return same
+    return by_key.get(PEER[case.section])
+
+
 def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes: list[str]) -> str:
     by_key = {case.key: case for case in cases}
     lines = [*header, ""]
@@ -829,11 +875,11 @@ def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes
         section_cases = [c for c in cases if c.section == section]
         if not any(phase in c.results or c.error for c in section_cases):
             continue
-        peer_rate = rate_of(by_key.get(PEER[section]), phase)
         lines += [
             f"### {title}",
             "",
-            f"| system | call | driver | jobs/s | spread | vs {base_name} (same driver) | vs pgqueuer | note |",
+            f"| system | call | driver | jobs/s | spread | vs {base_name} (same driver) "
+            "| vs pgqueuer (same driver, else asyncpg) | note |",
             "|---|---|---|---:|---:|---:|---:|---|",
         ]
         for case in section_cases:
@@ -845,9 +891,10 @@ def render(cases: list[Case], args: argparse.Namespace, header: list[str], notes
                 vs_base = "1.00x (baseline)"
             else:
                 vs_base = ratio(measured.rate, rate_of(by_key.get(case.baseline or ""), phase))
+            vs_peer = ratio(measured.rate, rate_of(peer_of(by_key, case), phase))
             lines.append(
                 f"| {case.system} | {case.label} | {case.driver} | {measured.rate:,.0f} "
-                f"| {spread(measured, phase)} | {vs_base} | {ratio(measured.rate, peer_rate)} | {case.note} |"
+                f"| {spread(measured, phase)} | {vs_base} | {vs_peer} | {case.note} |"
             )
         lines += ["", f"Spread: {spread_note}.", ""]
 
@@ -880,7 +927,10 @@ def targets(by_key: dict[str, Case], cases: list[Case]) -> list[str]:
                 check(name, value, base * 0.9 if base else None, "90% of bare INSERT (issue 11)")
                 bare = rate_of(by_key.get(f"single:{STATEMENT_LABEL}:{case.driver}"), phase)
                 check(name, value, bare * 0.9 if bare else None, "90% of its own statement sent bare (its client path)")
-                check(name, value, rate_of(by_key.get(PEER["single"]), phase), "pgqueuer single")
+                peer = peer_of(by_key, case)
+                if peer is not None and peer.key != PEER["single"]:  # pgqueuer on this driver, not asyncpg
+                    check(name, value, rate_of(peer, phase), f"pgqueuer single on {peer.driver}")
+                check(name, value, rate_of(by_key.get(PEER["single"]), phase), "pgqueuer single on asyncpg")
         else:
             value = rate_of(case, PHASE_BULK)
             name = f"{case.label} ({case.driver})"

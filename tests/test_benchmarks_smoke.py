@@ -378,6 +378,25 @@ def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str)
         assert [r[0] for r in rows] == []
 
 
+def test_enqueue_benchmark_compares_each_driver_with_pgqueuer_on_the_same_driver(server_url: str) -> None:
+    """pgqueuer runs on asyncpg, psycopg and psycopg async (a dev dependency, so this runs in CI):
+    ``bench_enqueue.py`` measures its single enqueue on each, and judges ``insert_job`` against
+    pgqueuer on the same driver as well as against its asyncpg figure."""
+    out, _, _ = run_script(
+        server_url,
+        "bench_enqueue.py",
+        *("--single", "20", "--single-warmup", "5", "--chunk", "10", "--skip-bulk", "--no-sync-off"),
+    )
+    for label, driver in (
+        ("Queries.enqueue", "asyncpg"),
+        ("SyncQueries.enqueue", "psycopg"),
+        ("Queries.enqueue", "psycopg-async"),
+    ):
+        assert f"| pgqueuer | pgqueuer {label} | {driver} |" in out
+    assert "- awa_bridge insert_job (psycopg-async, durable):" in out
+    assert "vs pgqueuer single on psycopg-async" in out and "vs pgqueuer single on asyncpg" in out
+
+
 def server_binaries_to_count() -> bool:
     """valgrind, PostgreSQL's server binaries, and (as root) a ``postgres`` user to run them as."""
     if shutil.which("valgrind") is None or shutil.which("pg_config") is None:
