@@ -123,14 +123,22 @@ def progress(self: Any, tag: str) -> str:
     return "done"
 
 
+# Receivers are process-wide (as in Celery): tests that import this module beside other apps'
+# tasks run those in the same process, so only this app's tasks are noted.
+def ours(sender: Any) -> bool:
+    return sender is not None and getattr(sender, "name", "").startswith("limits.")
+
+
 @signals.task_failure.connect
 def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
-    note(f"task_failure {sender.name if sender else '?'} {type(exception).__name__}")
+    if ours(sender):
+        note(f"task_failure {sender.name} {type(exception).__name__}")
 
 
 @signals.task_postrun.connect
 def on_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
-    note(f"task_postrun {sender.name if sender else '?'} {state}")
+    if ours(sender):
+        note(f"task_postrun {sender.name} {state}")
 
 
 if os.environ.get("DATABASE_URL"):
