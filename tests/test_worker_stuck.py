@@ -108,6 +108,27 @@ def test_frozen_leader_loses_its_lease_and_another_worker_rescues_and_promotes(
     assert frozen.alive()
 
 
+def leading_with_slow_jobs(
+    app_db: str, probe: Probe, workers: Workers, staleness: str, lease: str
+) -> tuple[Any, str, list[int]]:
+    """The only worker ("w"), the leader, running four 4-second jobs: (worker, queue, job ids)."""
+    queue = unique_queue()
+    env = {"AWA_SLOW_SECONDS": "4", "AWA_HEARTBEAT_STALENESS": staleness, "AWA_LEADER_LEASE": lease}
+    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    assert leader_of(worker) is worker
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    return worker, queue, ids
+
+
+def kept_their_first_attempt(probe: Probe, queue: str, ids: list[int]) -> None:
+    """Every job completes in the attempt "w" started: none was rescued."""
+    wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
+    for i in ids:
+        row = job(probe, i)
+        assert (row["attempt"], row["errors"], ledger(probe, i)) == (1, [], [(1, "w")])
+
+
 def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_thaw(
     app_db: str, probe: Probe, workers: Workers
 ) -> None:
@@ -118,22 +139,14 @@ def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_th
     rescuing stale heartbeats, by which time its heartbeat thread has beaten
     again. Its jobs keep their attempt.
     """
-    queue = unique_queue()
-    env = {"AWA_SLOW_SECONDS": "4", "AWA_HEARTBEAT_STALENESS": "0.5", "AWA_LEADER_LEASE": "5"}
-    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
-    assert leader_of(worker) is worker
-    ids = enqueue(app_db, "slow", queue, 4)
-    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    worker, queue, ids = leading_with_slow_jobs(app_db, probe, workers, staleness="0.5", lease="5")
     worker.signal(signal.SIGSTOP)
     stopped = time.monotonic()
     try:
         wait_for(lambda: time.monotonic() - stopped >= 1.5, 5, "a freeze longer than the staleness window")
     finally:
         worker.signal(signal.SIGCONT)
-    wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
-    for i in ids:
-        row = job(probe, i)
-        assert (row["attempt"], row["errors"], ledger(probe, i)) == (1, [], [(1, "w")])
+    kept_their_first_attempt(probe, queue, ids)
     assert not worker.logged("lost maintenance leadership")
 
 
@@ -149,12 +162,7 @@ def test_leader_frozen_mid_pass_does_not_rescue_its_own_jobs_on_thaw(
     heartbeat rescue with its own heartbeats 2 s old: it must see the gap
     there, not once the pass is over, and wait a window for them to beat.
     """
-    queue = unique_queue()
-    env = {"AWA_SLOW_SECONDS": "4", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
-    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
-    assert leader_of(worker) is worker
-    ids = enqueue(app_db, "slow", queue, 4)
-    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    worker, queue, ids = leading_with_slow_jobs(app_db, probe, workers, staleness="1", lease="6")
     waiting = """SELECT count(*) FROM pg_stat_activity
                  WHERE wait_event_type = 'Lock' AND query LIKE '%%FROM awa.cron_jobs%%'"""
     with psycopg.connect(app_db) as cron_lock, psycopg.connect(app_db) as heartbeat_lock:
@@ -171,10 +179,7 @@ def test_leader_frozen_mid_pass_does_not_rescue_its_own_jobs_on_thaw(
         thawed = time.monotonic()
         wait_for(lambda: time.monotonic() - thawed >= 0.4, 5, "the heartbeat to wait")
         heartbeat_lock.commit()
-    wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
-    for i in ids:
-        row = job(probe, i)
-        assert (row["attempt"], row["errors"], ledger(probe, i)) == (1, [], [(1, "w")])
+    kept_their_first_attempt(probe, queue, ids)
 
 
 # -- an async handler blocking the leader's event loop -------------------------------------------

@@ -16,6 +16,7 @@ import importlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -312,8 +313,7 @@ class AsyncResult:
         cause = (((row or {}).get("metadata") or {}).get("celery") or {}).get("chord_error_from")
         if cause is None:
             return
-        members = (m for node in self._parents() for m in (node.results if isinstance(node, GroupResult) else [node]))
-        member = next((m for m in members if isinstance(m, AsyncResult) and m.id == cause), None)
+        member = next((m for m in self._parent_members() if m.id == cause), None)
         while member is not None and member.state not in states.READY_STATES:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -323,11 +323,17 @@ class AsyncResult:
     def _maybe_reraise_parent_error(self) -> None:
         """As Celery's ``get``: the error of a failed earlier chain step, or of a failed member of
         the chord header before this callback, is raised at once (the later steps never run)."""
-        for node in reversed(list(self._parents())):
-            members = node.results if isinstance(node, GroupResult) else [node]
-            for member in members:
-                if isinstance(member, AsyncResult) and member.state in states.PROPAGATE_STATES:
-                    raise member.result
+        for member in self._parent_members(earliest_first=True):
+            if member.state in states.PROPAGATE_STATES:
+                raise member.result
+
+    def _parent_members(self, earliest_first: bool = False) -> Iterator[AsyncResult]:
+        """The results of the earlier chain steps and chord headers: each parent, or its members."""
+        nodes = list(self._parents())
+        for node in reversed(nodes) if earliest_first else nodes:
+            for member in node.results if isinstance(node, GroupResult) else [node]:
+                if isinstance(member, AsyncResult):
+                    yield member
 
     def _parents(self) -> Any:
         node = self.parent
