@@ -127,17 +127,18 @@ def test_an_operator_works_through_the_admin(awa: None, live_server: Any, page: 
     page.locator("#changelist-filter details", has_text="By state").get_by_role("link", name="failed").click()
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(1)
-    assert "send_email" in rows.first.inner_text()
+    expect(rows.first).to_contain_text("send_email")
 
     # Open it and read its error.
     rows.first.get_by_role("link", name=str(failed)).click()
     errors = page.locator(".awa-error")
-    assert "mailbox unavailable" in errors.inner_text() and "SMTPError" in errors.inner_text()
-    assert "ada@example.com" in page.locator(".awa-json").first.inner_text()
+    expect(errors).to_contain_text("mailbox unavailable")
+    expect(errors).to_contain_text("SMTPError")
+    expect(page.locator(".awa-json").first).to_contain_text("ada@example.com")
 
     # Retry it.
     page.locator('input[value="Retry"]').click()
-    assert f"Job {failed} made available again" in page.locator("ul.messagelist").inner_text()
+    expect(page.locator("ul.messagelist")).to_contain_text(f"Job {failed} made available again")
     assert job_state(failed) == "available"
     expect(page.locator('input[value="Retry"]')).to_have_count(0)  # available: nothing to retry any more
 
@@ -145,20 +146,21 @@ def test_an_operator_works_through_the_admin(awa: None, live_server: Any, page: 
     page.goto(f"{base}/admin/")
     page.get_by_role("link", name="Queues").click()
     email = page.locator('tr[data-queue="email"]')
-    assert email.locator(".awa-queue-status").inner_text() == "not served"  # no worker runs it
+    expect(email.locator(".awa-queue-status")).to_have_text("not served")  # no worker runs it
     email.locator('input[value="Pause"]').click()
-    assert "Queue email paused" in page.locator("ul.messagelist").inner_text()
-    assert page.locator('tr[data-queue="email"] .awa-queue-status').inner_text() == "paused"
+    expect(page.locator("ul.messagelist")).to_contain_text("Queue email paused")
+    expect(page.locator('tr[data-queue="email"] .awa-queue-status')).to_have_text("paused")
 
     # Trigger a cron schedule.
     page.goto(f"{base}/admin/")
     page.get_by_role("link", name="Cron schedules").click()
     row = page.locator("#result_list tbody tr", has_text="nightly_digest")
-    assert "Europe/London" in row.inner_text() and "30 2 * * *" in row.inner_text()
+    expect(row).to_contain_text("Europe/London")
+    expect(row).to_contain_text("30 2 * * *")
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", label="Trigger selected schedules now")
     page.click("button[name=index]")
-    assert "1 schedule(s) triggered" in page.locator("ul.messagelist").inner_text()
+    expect(page.locator("ul.messagelist")).to_contain_text("1 schedule(s) triggered")
     assert Job.objects.filter(kind="send_digest", metadata__triggered_manually=True).count() == 1
 
 
@@ -176,7 +178,7 @@ def test_a_staff_user_without_permissions_is_refused(awa: None, live_server: Any
     # No actions offered at all.
     expect(page.locator("select[name=action]")).to_have_count(0)
     page.get_by_role("link", name=str(failed)).click()
-    assert "quota exceeded" in page.locator(".awa-error").inner_text()
+    expect(page.locator(".awa-error")).to_contain_text("quota exceeded")
     expect(page.locator('input[value="Retry"]')).to_have_count(0)
     expect(page.get_by_role("link", name="Delete")).to_have_count(0)
 

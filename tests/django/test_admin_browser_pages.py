@@ -119,9 +119,9 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     _heartbeat()
     page.goto(f"{base}/admin/awa_django/queuemeta/")
     email = page.locator('tr[data-queue="email"]')
-    assert "1 live" in email.locator(".awa-workers").inner_text()
+    expect(email.locator(".awa-workers")).to_contain_text("1 live")
     assert email.locator(".awa-lag").inner_text().endswith(" s") and "min" in email.locator(".awa-lag").inner_text()
-    assert page.locator('tr[data-queue="imports"] .awa-queue-status').inner_text() == "not served"
+    expect(page.locator('tr[data-queue="imports"] .awa-queue-status')).to_have_text("not served")
     expect(page.locator('tr[data-queue-charts="email"] svg.awa-chart')).to_have_count(2)
     _shot(page, "overview")
 
@@ -130,7 +130,7 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     page.goto(f"{base}/admin/awa_django/workerinstance/")
     expect(page.locator('[data-awa-worker="live"]')).to_have_count(2)
     gone = page.locator("#result_list tbody tr", has_text="old-host")
-    assert "gone" in gone.inner_text()
+    expect(gone).to_contain_text("gone")
     _shot(page, "workers")
 
     # Jobs: the columns, an honest count, a long kind truncated.
@@ -140,7 +140,7 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
         assert column in header
     long_kind = page.locator("#result_list .awa-trunc[title^='imports.very_long']")
     assert long_kind.inner_text().endswith("…") and len(long_kind.inner_text()) <= 40
-    assert "109 jobs" in page.locator(".awa-count").inner_text()
+    expect(page.locator(".awa-count")).to_contain_text("109 jobs")
     _shot(page, "jobs")
 
     # Retry every failed billing job at once: select all matching the filter, one summary.
@@ -151,7 +151,7 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     page.click("button[name=index]")
     messages = page.locator("ul.messagelist li")
     expect(messages).to_have_count(1)
-    assert messages.first.inner_text() == "60 retried"
+    expect(messages.first).to_have_text("60 retried")
     assert Job.objects.filter(id__in=made["failed"], state="available").count() == 60
 
     # Delete a selection that holds a running job: one message, never "deleted successfully" too.
@@ -159,11 +159,11 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     page.check("#action-toggle")
     page.select_option("select[name=action]", "delete_jobs")
     page.click("button[name=index]")
-    assert "Delete the 2 selected jobs?" in page.locator("#awa-delete-scope").inner_text()
+    expect(page.locator("#awa-delete-scope")).to_contain_text("Delete the 2 selected jobs?")
     page.click('input[value="Yes, delete"]')
     messages = page.locator("ul.messagelist li")
     expect(messages).to_have_count(1)
-    assert messages.first.inner_text() == "0 deleted; 2 skipped: running (cancel first)"
+    expect(messages.first).to_have_text("0 deleted; 2 skipped: running (cancel first)")
     assert all(job_state(i) == "running" for i in made["running"])
 
     # A job's page: the timeline with each attempt's worker, the snooze and the operator, the user's
@@ -184,7 +184,7 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     expect(full).to_be_hidden()
     page.locator(".awa-traceback summary").first.click()
     expect(full).to_be_visible()
-    assert "executor.py" in full.inner_text()
+    expect(full).to_contain_text("executor.py")
     _shot(page, "job-detail")
 
     # Cron: create a database-only schedule (bad input refused), edit it, see it, delete it.
@@ -194,27 +194,29 @@ def test_a_superuser_runs_the_operations_pages(awa: None, live_server: Any, page
     page.fill("#id_timezone", "America/New_York")
     page.fill("#id_kind", "export")
     page.click('input[value="Save"]')
+    expect(page.locator(".field-cron_expr .errorlist")).not_to_be_empty()  # waits for the page
     assert (
         "cron" in page.locator(".field-cron_expr .errorlist").inner_text().lower()
         or page.locator(".field-cron_expr .errorlist").inner_text()
     )
     page.fill("#id_cron_expr", "0 6 * * 1")
     page.click('input[value="Save"]')
-    assert "Schedule weekly_export created." in page.locator("ul.messagelist").inner_text()
+    expect(page.locator("ul.messagelist")).to_contain_text("Schedule weekly_export created.")
     row = page.locator("#result_list tbody tr", has_text="weekly_export")
+    expect(row).to_contain_text("database")  # waits for the page
     assert "database" in row.inner_text() and ("EST" in row.inner_text() or "EDT" in row.inner_text())
     expect(row).to_contain_text("your browser")  # added by the page's script once the DOM is loaded
     settings_row = page.locator("#result_list tbody tr", has_text="nightly_digest")
-    assert "settings / code" in settings_row.inner_text()
+    expect(settings_row).to_contain_text("settings / code")
     _shot(page, "cron")
     row.get_by_role("link", name="weekly_export").click()
     page.get_by_role("link", name="Edit").click()
     page.fill("#id_cron_expr", "30 7 * * 1")
     page.click('input[value="Save"]')
-    assert "Schedule weekly_export updated." in page.locator("ul.messagelist").inner_text()
+    expect(page.locator("ul.messagelist")).to_contain_text("Schedule weekly_export updated.")
     page.once("dialog", lambda dialog: dialog.accept())
     page.click('input[value="Delete schedule"]')
-    assert "Schedule weekly_export deleted." in page.locator("ul.messagelist").inner_text()
+    expect(page.locator("ul.messagelist")).to_contain_text("Schedule weekly_export deleted.")
 
     # Every action above is in Django's history.
     messages = list(LogEntry.objects.order_by("id").values_list("change_message", flat=True))
