@@ -155,6 +155,8 @@ def test_scale_runs_every_section_without_duplicate_claims(server_url: str) -> N
     assert "Retained / empty: **" in out
     assert "| drain / limit, median of rounds |" in out
     assert "Big / small: **" in out
+    assert "the SQL-only loop's own big / small: " in out
+    assert "| 2,000 | " in out and "| - |" not in out  # the big backlog has its SQL-only limit
     assert "Rate per tenth of the big drain" in out
     assert "| 2 |" in out
     assert "Claims never duplicated, every job completed once: **yes**" in out
