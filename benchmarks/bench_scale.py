@@ -19,7 +19,8 @@ a fraction of it.
   ``VACUUM ANALYZE``. Target: retained / empty >= 0.9.
 * backlog: drain a ``--backlog`` (default 1,000,000) job backlog vs a
   ``--small`` (50,000) one, with the rate per tenth of the big drain (does it
-  slow down as it goes?). Target: big / small >= 1.0. Every enqueue is
+  slow down as it goes?), and the SQL-only loop on both backlogs: how much
+  of any slowdown is the server's own. Target: big / small >= 1.0. Every enqueue is
   followed by ANALYZE unless ``--no-analyze``: then the drains start on the
   table as a bulk load leaves it before autovacuum's first ANALYZE.
 * horizontal: ``--processes`` (default 1,2,4,8) worker processes on one
