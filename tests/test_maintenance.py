@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from importlib.metadata import version
 from typing import Any
 from uuid import uuid4
 
+import asyncpg
 import psycopg
 import pytest
 
 import awa_bridge
+from awa_bridge.drivers.asyncpg import Asyncpg, as_asyncpg
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client, QueueConfig, WorkerConfig
+from awa_bridge.worker.config import MAINTENANCE_BATCH
+from awa_bridge.worker.maintenance.services import Cleanup, Service, View
 
 from .procs import wait_for
 from .waiting import FAST, wait_until
@@ -37,18 +42,154 @@ def scalar(url: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
     return row[0] if row else None
 
 
+# -- every maintenance service repeats its batch until one comes back short ----------------------
+# Each test leaves two and a half batches of work for one service whose interval is a minute: done
+# in seconds only if a pass repeats its batch (one batch per interval leaves the rest for minutes).
+
+BACKLOG = 2 * MAINTENANCE_BATCH + MAINTENANCE_BATCH // 2
+
+
+def run_sql(url: str, sql: str, params: tuple[Any, ...] = ()) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql, params)
+
+
+def make_jobs(url: str, n: int, columns: str, values: str) -> None:
+    """``n`` jobs on queue 'elsewhere' (no worker serves it) with these extra columns, made in the server."""
+    run_sql(
+        url,
+        f"INSERT INTO awa.jobs (kind, queue, args, {columns}) "
+        f"SELECT 'backlog', 'elsewhere', jsonb_build_object('n', g), {values} FROM generate_series(1, %s) AS g",
+        (n,),
+    )
+
+
+def error_types(url: str) -> dict[str | None, int]:
+    """The jobs on 'elsewhere' by the type of their last error (None: no error)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT errors[cardinality(errors)] ->> 'type', count(*) FROM awa.jobs WHERE queue = 'elsewhere' GROUP BY 1"
+        ).fetchall()
+    return dict(rows)
+
+
+@pytest.fixture
+async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    c = await asyncpg.connect(db_url)
+    yield c
+    await c.close()
+
+
+def count(url: str, where: str) -> int:
+    return int(scalar(url, f"SELECT count(*) FROM awa.jobs WHERE queue = 'elsewhere' AND {where}"))
+
+
 async def test_cleanup_repeats_its_batch_until_short_and_keeps_up(make_client: MakeClient, db_url: str) -> None:
-    """5,000 completed jobs past retention go in one pass, not 1,000 per cleanup interval (60 s)."""
-    with psycopg.connect(db_url) as conn:
-        awa_bridge.insert_many_sync(conn, [{"n": i} for i in range(5000)], kind="old", queue="retention")
-        conn.execute(
-            "UPDATE awa.jobs SET state = 'completed', attempt = 1, finalized_at = now() - interval '1 hour' "
-            "WHERE queue = 'retention'"
-        )
-        conn.commit()
+    """Two and a half cleanup batches of completed jobs past retention go in one pass, not one batch
+    per cleanup interval (60 s)."""
+    n = 2 * Cleanup.batch + Cleanup.batch // 2
+    make_jobs(
+        db_url, n, "state, attempt, attempted_at, finalized_at",
+        "'completed', 1, now() - interval '2 hours', now() - interval '1 hour'",
+    )  # fmt: skip
     client = make_client(completed_retention=60, cleanup_interval=60)
-    await client.start(["retention"])
-    await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.jobs WHERE queue = 'retention'") == 0, 10)
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "true") == 0, 10)
+
+
+async def test_promotion_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
+    make_jobs(db_url, BACKLOG, "state, run_at", "'scheduled', now() - interval '1 minute'")
+    client = make_client(promote_interval=60)
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "state = 'available'") == BACKLOG, 10)
+
+
+async def test_promotion_counts_superseded_jobs_as_a_full_batch(make_client: MakeClient, db_url: str) -> None:
+    """Due duplicates of a job that holds their unique key are cancelled (R30); a batch of them is a
+    full batch, so the pass goes on to the next instead of leaving the rest for an interval."""
+    mask = {"states": ["available", "running"]}  # a scheduled job does not hold its key
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        holder = awa_bridge.insert_job_sync(conn, {"order": 1}, kind="backlog", queue="elsewhere", unique=mask).id
+    run_sql(
+        db_url,
+        "INSERT INTO awa.jobs (kind, queue, args, state, run_at, unique_key, unique_states) "
+        "SELECT kind, queue, args, 'scheduled', now() - interval '1 minute', unique_key, unique_states "
+        "FROM awa.jobs, generate_series(1, %s) WHERE id = %s",
+        (BACKLOG, holder),
+    )
+    client = make_client(promote_interval=60)
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "state = 'cancelled'") == BACKLOG, 10)
+    assert error_types(db_url) == {None: 1, "Superseded": BACKLOG}
+
+
+async def test_deadline_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
+    make_jobs(
+        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at",
+        "'running', 1, 1, now() - interval '2 minutes', now(), now() - interval '1 minute'",
+    )  # fmt: skip
+    client = make_client(rescue_interval=60, heartbeat_staleness=3600)  # heartbeats stay fresh
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "state = 'running'") == 0, 10)
+    assert error_types(db_url) == {"DeadlineExceeded": BACKLOG}
+
+
+async def test_stale_heartbeat_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
+    make_jobs(
+        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at",
+        "'running', 1, 1, now() - interval '2 hours', now() - interval '1 hour', now() + interval '1 hour'",
+    )  # fmt: skip
+    client = make_client(rescue_interval=60)
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "state = 'running'") == 0, 10)
+    assert error_types(db_url) == {"HeartbeatStale": BACKLOG}
+
+
+async def test_callback_timeout_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
+    make_jobs(
+        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, callback_id, callback_timeout_at",
+        "'waiting_external', 1, 1, now() - interval '2 minutes', gen_random_uuid(), now() - interval '1 minute'",
+    )  # fmt: skip
+    client = make_client(rescue_interval=60)
+    await client.start(["maint"])
+    await wait_until(lambda: count(db_url, "state = 'waiting_external'") == 0, 10)
+    assert error_types(db_url) == {"CallbackTimeout": BACKLOG}
+
+
+class Sleeper(Service):
+    """A service whose batch is a real statement that takes 0.1 s, full for the first ``full`` batches."""
+
+    name = "sleeper"
+
+    def __init__(self, interval: float, budget: float, full: int) -> None:
+        super().__init__(interval, budget)
+        self.full = full
+        self.ended: list[float] = []  # monotonic time at the end of each batch
+
+    async def run_batch(self, db: Asyncpg) -> int:
+        await db.execute_script("SELECT pg_sleep(0.1)")
+        self.ended.append(time.monotonic())
+        return self.batch if len(self.ended) <= self.full else self.batch - 1
+
+
+async def test_a_pass_stops_at_its_budget_and_is_due_again_at_once(conn: asyncpg.Connection) -> None:
+    """A backlog longer than the budget: the pass stops after the batch that spent it, and the service
+    is due at the next tick (not after its interval), so the leader's other services get their turn."""
+    service = Sleeper(interval=60, budget=0.35, full=1000)
+    began = time.monotonic()
+    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1))
+    batches = len(service.ended)
+    assert 2 <= batches < 10 and handled == batches * service.batch
+    assert service.ended[-1] - began >= 0.35, "stopped before its budget was spent"
+    assert service.ended[-2] - began < 0.35 + 0.05, "went on after its budget was spent"
+    assert service.due <= time.monotonic()
+
+
+async def test_a_pass_ends_at_the_first_short_batch_and_waits_its_interval(conn: asyncpg.Connection) -> None:
+    service = Sleeper(interval=60, budget=10, full=2)
+    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1))
+    assert len(service.ended) == 3 and handled == 3 * service.batch - 1
+    assert service.due > time.monotonic() + 55
 
 
 async def test_leader_holds_the_lease_and_hands_it_over_at_shutdown(make_client: MakeClient, db_url: str) -> None:

@@ -449,8 +449,11 @@ WITH doomed AS (
 SELECT count(*) AS deleted FROM deleted
 
 -- name: promote_due
+-- Due scheduled and retryable jobs become available, their queues notified.
 -- A due job whose unique key another live job took meanwhile is cancelled as
--- superseded instead (awa.unique_key_holder; R30).
+-- superseded instead (awa.unique_key_holder; R30). "moved" counts both, so
+-- that the maintenance pass takes a batch of superseded jobs for the full
+-- batch it was and repeats.
 WITH due AS (
     SELECT id, awa.unique_key_holder(id, unique_key, unique_states, 'available') AS holder
     FROM awa.jobs
@@ -468,11 +471,10 @@ WITH due AS (
     FROM due
     WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
     RETURNING j.queue, j.state
+), notified AS (
+    SELECT pg_notify('awa_jobs', queue) FROM (SELECT DISTINCT queue FROM promoted WHERE state = 'available') AS q
 )
-SELECT queue, count(*) AS promoted, pg_notify('awa_jobs', queue) AS notified
-FROM promoted
-WHERE state = 'available'
-GROUP BY queue
+SELECT (SELECT count(*) FROM promoted) AS moved, (SELECT count(*) FROM notified) AS notified
 
 -- fragment: rescue_running
 -- The rest of a rescue of running attempts, after its `candidates` CTE (id,

@@ -9,7 +9,12 @@ from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH
 
 
-async def promote_due(conn: Any, limit: int = MAINTENANCE_BATCH) -> dict[str, int]:
-    """Returns promoted counts per queue."""
+async def promote_due(conn: Any, limit: int = MAINTENANCE_BATCH) -> int:
+    """Up to ``limit`` due jobs moved on; returns how many.
+
+    Moved means made available, or cancelled as superseded when another live
+    job holds the unique key (R30): both count, so that the maintenance pass
+    sees a batch of superseded jobs as the full batch it was and goes on.
+    """
     rows = await as_asyncpg(conn).fetch(QUERIES["promote_due"], {"limit": limit})
-    return {row["queue"]: row["promoted"] for row in rows}
+    return int(rows[0]["moved"])

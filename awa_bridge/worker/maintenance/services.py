@@ -102,7 +102,7 @@ class Promote(Service):
     name = "promote"
 
     async def run_batch(self, db: Asyncpg) -> int:
-        return sum((await promote_due(db, self.batch)).values())
+        return await promote_due(db, self.batch)
 
 
 class _Rescue(Service):
