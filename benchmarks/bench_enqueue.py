@@ -977,7 +977,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="any database on the server to use (throwaway databases are created beside it); "
         "default $DATABASE_URL, else an embedded PostgreSQL is started",
     )
-    parser.add_argument("--single", type=int, default=3000, help="transactions per single-enqueue case")
+    parser.add_argument("--single", type=int, default=10_000, help="transactions per single-enqueue case (10,000)")
     parser.add_argument("--bulk", type=int, default=50_000, help="jobs per bulk-enqueue call")
     parser.add_argument("--rounds", type=int, default=3, help="bulk rounds; the median is reported")
     parser.add_argument("--chunk", type=int, default=100, help="single-enqueue jobs per round-robin turn")
