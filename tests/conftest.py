@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -21,6 +21,9 @@ from awa_bridge.embedded import start_embedded
 
 from .dbutil import EMPTY_AWA_TABLES, create_database, django_database, drop_database
 from .drivers import HANDLES, Handle
+
+if TYPE_CHECKING:
+    import asyncpg
 
 
 @pytest.fixture(scope="session")
@@ -143,6 +146,16 @@ def count_rows(url: str, sql: str = "SELECT count(*) FROM awa.jobs", params: tup
     """Count from an independent connection (sees only committed rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
         return int(conn.execute(sql, params).fetchone()[0])
+
+
+@pytest.fixture
+async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """An asyncpg connection to the test database, closed afterwards (a test file may override it)."""
+    import asyncpg
+
+    connection = await asyncpg.connect(db_url)
+    yield connection
+    await connection.close()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,13 +43,6 @@ LONDON = ZoneInfo("Europe/London")
 @dataclass
 class Report:
     fmt: str
-
-
-@pytest.fixture
-async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_url)
-    yield connection
-    await connection.close()
 
 
 def declare(url: str, *schedules: PeriodicJob, now: datetime = T0) -> list[str]:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,13 +31,6 @@ from .waiting import FAST, job_row, job_state, wait_until
 
 #: Who claims in the tests that run the claim statement themselves (awa.job_attempts).
 CLAIMER = {"instance_id": uuid.uuid4(), "worker": "test-host/1", **claim_after()}
-
-
-@pytest.fixture
-async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(db_url)
-    yield c
-    await c.close()
 
 
 async def claim(conn: asyncpg.Connection, queue: str = "default", limit: int = 1, deadline: float = 300) -> list[Any]:

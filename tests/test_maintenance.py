@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 from uuid import uuid4
@@ -23,6 +23,7 @@ from awa_bridge.drivers.asyncpg import Asyncpg, as_asyncpg
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client, QueueConfig, WorkerConfig
 from awa_bridge.worker.config import MAINTENANCE_BATCH
+from awa_bridge.worker.maintenance.promote import promote_due
 from awa_bridge.worker.maintenance.services import Cleanup, Service, View
 
 from .procs import wait_for
@@ -73,13 +74,6 @@ def error_types(url: str) -> dict[str | None, int]:
     return dict(rows)
 
 
-@pytest.fixture
-async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(db_url)
-    yield c
-    await c.close()
-
-
 def count(url: str, where: str) -> int:
     return int(scalar(url, f"SELECT count(*) FROM awa.jobs WHERE queue = 'elsewhere' AND {where}"))
 
@@ -121,6 +115,38 @@ async def test_promotion_counts_superseded_jobs_as_a_full_batch(make_client: Mak
     await client.start(["maint"])
     await wait_until(lambda: count(db_url, "state = 'cancelled'") == BACKLOG, 10)
     assert error_types(db_url) == {None: 1, "Superseded": BACKLOG}
+
+
+async def test_promotion_notifies_each_queue_that_got_an_available_job(conn: asyncpg.Connection, db_url: str) -> None:
+    """One NOTIFY per queue that got available jobs, so their workers claim at once; none for a queue
+    whose due jobs were all cancelled as superseded."""
+    heard: list[str] = []
+    await conn.add_listener("awa_jobs", lambda *event: heard.append(event[3]))
+    mask = {"states": ["available", "running"]}
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        holder = awa_bridge.insert_job_sync(pg, {"n": 1}, kind="backlog", queue="held", unique=mask).id
+    await wait_until(lambda: heard == ["held"], 5)  # the insert's own NOTIFY
+    heard.clear()
+    run_sql(
+        db_url,
+        "INSERT INTO awa.jobs (kind, queue, args, state, run_at) "
+        "SELECT 'backlog', q, '{}', 'scheduled', now() - interval '1 second' FROM unnest(ARRAY['a', 'a', 'b']) AS q",
+    )
+    run_sql(
+        db_url,
+        "INSERT INTO awa.jobs (kind, queue, args, state, run_at, unique_key, unique_states) "
+        "SELECT kind, 'dup', args, 'scheduled', now() - interval '1 second', unique_key, unique_states "
+        "FROM awa.jobs WHERE id = %s",
+        (holder,),
+    )
+    other = await asyncpg.connect(db_url)
+    try:
+        assert await promote_due(other) == 4
+    finally:
+        await other.close()
+    await wait_until(lambda: sorted(heard) == ["a", "b"], 5)
+    await asyncio.sleep(0.2)
+    assert sorted(heard) == ["a", "b"]
 
 
 async def test_deadline_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
