@@ -149,37 +149,52 @@ async def test_promotion_notifies_each_queue_that_got_an_available_job(conn: asy
     assert sorted(heard) == ["a", "b"]
 
 
-async def test_deadline_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
-    make_jobs(
-        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at",
-        "'running', 1, 1, now() - interval '2 minutes', now(), now() - interval '1 minute'",
-    )  # fmt: skip
-    client = make_client(rescue_interval=60, heartbeat_staleness=3600)  # heartbeats stay fresh
+RUNNING = "state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at"
+
+
+@pytest.mark.parametrize(
+    ("columns", "values", "config", "state", "error_type"),
+    [
+        pytest.param(
+            RUNNING,
+            "'running', 1, 1, now() - interval '2 minutes', now(), now() - interval '1 minute'",
+            {"heartbeat_staleness": 3600},  # heartbeats stay fresh: only the deadline rescue may take them
+            "running",
+            "DeadlineExceeded",
+            id="deadline",
+        ),
+        pytest.param(
+            RUNNING,
+            "'running', 1, 1, now() - interval '2 hours', now() - interval '1 hour', now() + interval '1 hour'",
+            {},
+            "running",
+            "HeartbeatStale",
+            id="stale-heartbeat",
+        ),
+        pytest.param(
+            "state, attempt, run_lease, attempted_at, callback_id, callback_timeout_at",
+            "'waiting_external', 1, 1, now() - interval '2 minutes', gen_random_uuid(), now() - interval '1 minute'",
+            {},
+            "waiting_external",
+            "CallbackTimeout",
+            id="callback-timeout",
+        ),
+    ],
+)
+async def test_rescue_repeats_its_batch_until_short(
+    make_client: MakeClient,
+    db_url: str,
+    columns: str,
+    values: str,
+    config: dict[str, Any],
+    state: str,
+    error_type: str,
+) -> None:
+    make_jobs(db_url, BACKLOG, columns, values)
+    client = make_client(rescue_interval=60, **config)
     await client.start(["maint"])
-    await wait_until(lambda: count(db_url, "state = 'running'") == 0, 10)
-    assert error_types(db_url) == {"DeadlineExceeded": BACKLOG}
-
-
-async def test_stale_heartbeat_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
-    make_jobs(
-        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at",
-        "'running', 1, 1, now() - interval '2 hours', now() - interval '1 hour', now() + interval '1 hour'",
-    )  # fmt: skip
-    client = make_client(rescue_interval=60)
-    await client.start(["maint"])
-    await wait_until(lambda: count(db_url, "state = 'running'") == 0, 10)
-    assert error_types(db_url) == {"HeartbeatStale": BACKLOG}
-
-
-async def test_callback_timeout_rescue_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
-    make_jobs(
-        db_url, BACKLOG, "state, attempt, run_lease, attempted_at, callback_id, callback_timeout_at",
-        "'waiting_external', 1, 1, now() - interval '2 minutes', gen_random_uuid(), now() - interval '1 minute'",
-    )  # fmt: skip
-    client = make_client(rescue_interval=60)
-    await client.start(["maint"])
-    await wait_until(lambda: count(db_url, "state = 'waiting_external'") == 0, 10)
-    assert error_types(db_url) == {"CallbackTimeout": BACKLOG}
+    await wait_until(lambda: count(db_url, f"state = '{state}'") == 0, 10)
+    assert error_types(db_url) == {error_type: BACKLOG}
 
 
 class Sleeper(Service):
