@@ -91,6 +91,32 @@ async def test_cleanup_repeats_its_batch_until_short_and_keeps_up(make_client: M
     await wait_until(lambda: count(db_url, "true") == 0, 10)
 
 
+async def test_cleanup_counts_a_job_retried_under_its_batch_in_the_batch(conn: asyncpg.Connection, db_url: str) -> None:
+    """A job an operator retries while a cleanup batch that picked it waits for its lock is not
+    deleted; the batch still picked its limit, so the pass goes on to the rest (before, the batch
+    looked short and the rest waited for the cleanup interval)."""
+    cleanup = Cleanup(interval=60, completed_retention=60, failed_retention=60)
+    cleanup.batch = 10
+    make_jobs(
+        db_url, 25, "state, attempt, attempted_at, finalized_at",
+        "'completed', 1, now() - interval '2 hours', now() - interval '1 hour' + g * interval '1 second'",
+    )  # fmt: skip
+    oldest = scalar(db_url, "SELECT min(id) FROM awa.jobs WHERE queue = 'elsewhere'")
+    with psycopg.connect(db_url) as operator:
+        operator.execute(
+            "UPDATE awa.jobs SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL WHERE id = %s",
+            (oldest,),
+        )
+        pass_ = asyncio.create_task(cleanup.run_pass(as_asyncpg(conn), View(staleness=1)))
+        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+        await wait_until(lambda: scalar(db_url, waiting, (conn.get_server_pid(),)), 10)
+        operator.commit()
+    deleted = await asyncio.wait_for(pass_, 10)
+    assert deleted == 24 and count(db_url, "true") == 1
+    assert count(db_url, f"id = {oldest} AND state = 'available'") == 1
+    assert cleanup.due > time.monotonic() + 55  # the pass ended on its short third batch
+
+
 async def test_promotion_repeats_its_batch_until_short(make_client: MakeClient, db_url: str) -> None:
     make_jobs(db_url, BACKLOG, "state, run_at", "'scheduled', now() - interval '1 minute'")
     client = make_client(promote_interval=60)

@@ -549,7 +549,8 @@ WITH candidates AS (
 -- The batch is deleted by row address (a TID scan): deleting by id IN (the
 -- batch) was planned as a hash join over a sequential scan of the whole table,
 -- once per batch. A row changed since the batch was read (an operator retried
--- it) has a new address and is not deleted.
+-- it) has a new address and is not deleted; it still counts in picked, so a
+-- batch that picked its limit is full however many of its rows were deleted.
 WITH doomed AS (
     (SELECT ctid FROM awa.jobs
      WHERE state = 'completed' AND finalized_at < now() - make_interval(secs => %(completed_seconds)s)
@@ -563,7 +564,7 @@ WITH doomed AS (
 ), deleted AS (
     DELETE FROM awa.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
 )
-SELECT count(*) AS deleted FROM deleted
+SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM doomed) AS picked
 
 -- name: prune_job_actions
 -- History retention (WorkerConfig.history_retention): operator actions older

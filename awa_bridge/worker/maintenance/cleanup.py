@@ -12,13 +12,21 @@ from ..config import MAINTENANCE_BATCH
 
 async def delete_finished(
     conn: Any, completed_retention: float, failed_retention: float, limit: int = MAINTENANCE_BATCH
-) -> int:
+) -> tuple[int, int]:
+    """One batch of finished jobs past retention: how many it deleted and how many it picked.
+
+    A job changed after the batch picked it (an operator retried it) is picked
+    but not deleted: a batch that picked ``limit`` jobs is full, and more may
+    wait, however many it deleted.
+    """
     params = {
         "completed_seconds": float(completed_retention),
         "failed_seconds": float(failed_retention),
         "limit": limit,
     }
-    return await _deleted(as_asyncpg(conn), "delete_finished", params)
+    row = await as_asyncpg(conn).fetch_one(QUERIES["delete_finished"], params)
+    assert row is not None  # an aggregate: always one row
+    return int(row["deleted"]), int(row["picked"])
 
 
 async def prune_claims(conn: Any, completed_retention: float, limit: int = MAINTENANCE_BATCH) -> int:

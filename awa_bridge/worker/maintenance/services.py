@@ -168,15 +168,21 @@ class Cleanup(Service):
         super().__init__(interval)
         self.completed_retention = completed_retention
         self.failed_retention = failed_retention
+        self.deleted = 0  # by the batches of the current pass
 
     async def run_batch(self, db: Asyncpg) -> int:
-        return await delete_finished(db, self.completed_retention, self.failed_retention, self.batch)
+        """Returns the jobs the batch picked, deleted or not (see ``delete_finished``)."""
+        deleted, picked = await delete_finished(db, self.completed_retention, self.failed_retention, self.batch)
+        self.deleted += deleted
+        return picked
 
     async def run_pass(self, db: Asyncpg, view: View) -> int:
-        deleted = await super().run_pass(db, view)
-        if deleted:
-            log.info("deleted %d finished jobs past retention", deleted)
-        return deleted
+        """Returns how many jobs the pass deleted."""
+        self.deleted = 0
+        await super().run_pass(db, view)
+        if self.deleted:
+            log.info("deleted %d finished jobs past retention", self.deleted)
+        return self.deleted
 
 
 class PruneClaims(Service):
