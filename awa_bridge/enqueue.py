@@ -352,13 +352,14 @@ def insert_job_sync(conn: SyncConnection, args: Any, **opts: Any) -> Job:
 
 def _insert_sync(driver: SyncDriver, prepared: PreparedJob) -> Job:
     try:
-        rows = driver.fetch_all(*prepared.statement())
+        row = driver.fetch_one(*prepared.statement())
     except Exception as exc:
         mapped = _translate(exc, prepared)
         if mapped is None:
             raise
         raise mapped from exc
-    return prepared.inserted(rows[0])
+    assert row is not None  # the statement returns one row or raises
+    return prepared.inserted(row)
 
 
 async def _insert_async(driver: AsyncDriver, prepared: PreparedJob) -> Job:

@@ -28,6 +28,10 @@ class DjangoSync:
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
+    def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
+        rows = self.fetch_all(query, params)
+        return rows[0] if rows else None
+
     def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         with self.conn.cursor() as cursor:
             cursor.execute(query.pyformat, params)

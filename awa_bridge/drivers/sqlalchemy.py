@@ -36,6 +36,10 @@ class SQLAlchemySync:
         result = self.conn.execute(_text(query), params or {})
         return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
+    def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
+        rows = self.fetch_all(query, params)
+        return rows[0] if rows else None
+
     def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         self.conn.execute(_text(query), params or {})
 

@@ -1,0 +1,112 @@
+"""The cursor ``insert_job`` keeps on a psycopg connection (``awa_bridge/drivers/psycopg.py``).
+
+A single enqueue on psycopg reuses one cursor per connection (a new cursor
+sets up its parameter dumpers and column loaders again on every statement).
+Each cursor must serve one caller at a time: callers that share a connection
+(threads, tasks, a pipeline) each get back their own job, never another's
+row, and a connection closed and dropped is still freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+import weakref
+
+import psycopg
+import pytest
+
+import awa_bridge
+from awa_bridge import Job, UniqueConflict
+
+
+def written(db_url: str, jobs: list[Job]) -> dict[int, dict[str, int]]:
+    """The args of these jobs' rows, read back by id."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, args FROM awa.jobs WHERE id = ANY(%s)", ([job.id for job in jobs],)).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def assert_each_got_its_own_row(db_url: str, jobs: list[Job], expected: int) -> None:
+    assert len(jobs) == expected and len({job.id for job in jobs}) == expected
+    rows = written(db_url, jobs)
+    assert all(rows[job.id] == job.args for job in jobs)
+
+
+def test_threads_sharing_a_connection_each_get_their_own_job(db_url: str) -> None:
+    """psycopg lets threads share a connection; the kept cursor is lent to one of them at a time, so
+    no thread reads the row another thread's statement returned."""
+    jobs: list[Job] = []
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def enqueue(conn: psycopg.Connection, thread: int) -> None:
+        try:
+            start.wait()
+            for n in range(400):
+                jobs.append(awa_bridge.insert_job(conn, {"thread": thread, "n": n}, kind="shared_conn"))
+        except BaseException as exc:  # reported below, in the test's own thread
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two steps, between a statement and its fetch too
+    try:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            threads = [threading.Thread(target=enqueue, args=(conn, t)) for t in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures
+    assert_each_got_its_own_row(db_url, jobs, 8 * 400)
+
+
+async def test_tasks_sharing_an_async_connection_in_a_pipeline_each_get_their_own_job(db_url: str) -> None:
+    """In pipeline mode a statement's result is read at a later await, where another task may run: the
+    task holding the kept cursor keeps it until it has its row; the others take cursors of their own."""
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        async with conn.pipeline():
+            jobs = await asyncio.gather(*(awa_bridge.insert_job(conn, {"n": n}, kind="pipelined") for n in range(60)))
+        jobs += [await awa_bridge.insert_job(conn, {"n": n}, kind="after_pipeline") for n in range(60, 70)]
+    assert_each_got_its_own_row(db_url, jobs, 70)
+
+
+def test_enqueues_in_a_sync_pipeline_each_get_their_own_job(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn, conn.pipeline():
+        jobs = [awa_bridge.insert_job(conn, {"n": n}, kind="pipelined_sync") for n in range(20)]
+    assert_each_got_its_own_row(db_url, jobs, 20)
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg-async"])
+async def test_the_kept_cursor_serves_the_next_enqueue_after_a_failed_one(db_url: str, driver: str) -> None:
+    """A statement that fails on the kept cursor (a duplicate unique key) leaves it usable: the caller's
+    transaction is rolled back as usual and the next enqueue on the connection goes through."""
+    args = {"order": driver}
+    if driver == "psycopg":
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            first = awa_bridge.insert_job(conn, args, kind="kept_cursor", unique=True)
+            with pytest.raises(UniqueConflict):
+                awa_bridge.insert_job(conn, args, kind="kept_cursor", unique=True)
+            second = awa_bridge.insert_job(conn, {"order": "next"}, kind="kept_cursor")
+    else:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as aconn:
+            first = await awa_bridge.insert_job(aconn, args, kind="kept_cursor", unique=True)
+            with pytest.raises(UniqueConflict):
+                await awa_bridge.insert_job(aconn, args, kind="kept_cursor", unique=True)
+            second = await awa_bridge.insert_job(aconn, {"order": "next"}, kind="kept_cursor")
+    assert_each_got_its_own_row(db_url, [first, second], 2)
+
+
+def test_a_closed_connection_with_a_kept_cursor_is_still_freed(db_url: str) -> None:
+    """The kept cursor references its connection (a cycle): the collector frees both once dropped."""
+    conn = psycopg.connect(db_url, autocommit=True)
+    awa_bridge.insert_job(conn, {"n": 1}, kind="freed")
+    conn.close()
+    ref = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert ref() is None
