@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -96,44 +96,33 @@ class PreparedJob:
         need to parse it again); anything else is decoded from the JSON text.
         """
         args = self.__dict__.get("_flat_args")
-        return _frozen(
-            Job,
-            {
-                **_NEW_JOB,
-                "id": row["id"],
-                "kind": self.kind,
-                "queue": self.queue,
-                # A copy in the caller's key order (sorting it was a fifth of this method).
-                "args": dict(args) if args is not None else decode_json(self.args_json),
-                "state": self.state,
-                "priority": self.priority,
-                "max_attempts": self.max_attempts,
-                "run_at": row["run_at"],
-                "created_at": row["created_at"],
-                "errors": [],
-                "metadata": decode_json(self.metadata_json),
-                "tags": list(self.tags),
-                "unique_key": self.unique_key,
-                "unique_states": self.unique_states,
-            },
-        )
+        # A copy of a dict of every field, then filled: a third faster than a dict display of them
+        # (it is sized once, where a display grows and rehashes as it goes).
+        values = _NEW_JOB.copy()
+        values["id"] = row["id"]
+        values["kind"] = self.kind
+        values["queue"] = self.queue
+        # A copy in the caller's key order (sorting it was a fifth of this method).
+        values["args"] = dict(args) if args is not None else decode_json(self.args_json)
+        values["state"] = self.state
+        values["priority"] = self.priority
+        values["max_attempts"] = self.max_attempts
+        values["run_at"] = row["run_at"]
+        values["created_at"] = row["created_at"]
+        values["errors"] = []
+        values["metadata"] = decode_json(self.metadata_json)
+        values["tags"] = list(self.tags)
+        values["unique_key"] = self.unique_key
+        values["unique_states"] = self.unique_states
+        return _frozen(Job, values)
 
 
-# The columns of a job that has just been inserted, that no caller chooses.
+# Every field of a ``Job``, in field order, holding what a job that has just been inserted has for
+# the columns no caller chooses; ``inserted`` fills in the rest (the None placeholders).
 _NEW_JOB: dict[str, Any] = {
+    **dict.fromkeys(field.name for field in fields(Job)),
     "attempt": 0,
-    "heartbeat_at": None,
-    "deadline_at": None,
-    "attempted_at": None,
-    "finalized_at": None,
-    "callback_id": None,
-    "callback_timeout_at": None,
-    "callback_filter": None,
-    "callback_on_complete": None,
-    "callback_on_fail": None,
-    "callback_transform": None,
     "run_lease": 0,
-    "progress": None,
 }
 
 _T = TypeVar("_T")
