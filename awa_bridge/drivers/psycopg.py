@@ -42,7 +42,8 @@ def _dicts(query: Query, cursor: Any, rows: list[tuple[Any, ...]]) -> list[Row]:
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 
-def _first(query: Query, cursor: Any, row: tuple[Any, ...] | None) -> Row | None:
+def _row(query: Query, cursor: Any, row: tuple[Any, ...] | None) -> Row | None:
+    """One fetched tuple as a dict by column name (None stays None)."""
     return None if row is None else _dicts(query, cursor, [row])[0]
 
 
@@ -109,7 +110,7 @@ class PsycopgSync:
     def _first(cursor: Any, query: Query, params: dict[str, Any] | None) -> Row | None:
         # Fetched before the columns are read: in pipeline mode the result arrives at the fetch.
         cursor.execute(query.pyformat, params)
-        return _first(query, cursor, cursor.fetchone())
+        return _row(query, cursor, cursor.fetchone())
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cursor, cursor.copy(copy_statement(table, columns)) as copy:
@@ -178,7 +179,7 @@ class PsycopgAsync:
     @staticmethod
     async def _first(cursor: Any, query: Query, params: dict[str, Any] | None) -> Row | None:
         await cursor.execute(query.pyformat, params)
-        return _first(query, cursor, await cursor.fetchone())
+        return _row(query, cursor, await cursor.fetchone())
 
     async def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         await self.conn.execute(query.pyformat, params)
