@@ -4,7 +4,9 @@ A single enqueue on psycopg reuses one cursor per connection (a new cursor
 sets up its parameter dumpers and column loaders again on every statement).
 Each cursor must serve one caller at a time: callers that share a connection
 (threads, tasks, a pipeline) each get back their own job, never another's
-row, and a connection closed and dropped is still freed.
+row, and a connection closed and dropped is still freed. The admin calls and
+receipts read their rows on a caller's connection in pipeline mode too, where
+a result arrives only at the first fetch.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import gc
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 import awa_bridge
-from awa_bridge import Job, UniqueConflict
+from awa_bridge import Job, UniqueConflict, admin
 
 
 def written(db_url: str, jobs: list[Job]) -> dict[int, dict[str, int]]:
@@ -110,3 +113,41 @@ def test_a_closed_connection_with_a_kept_cursor_is_still_freed(db_url: str) -> N
     del conn
     gc.collect()
     assert ref() is None
+
+
+def test_admin_calls_on_a_sync_pipeline_read_their_rows(db_url: str, make_database: Callable[[], str]) -> None:
+    """Before the fix, inside ``conn.pipeline()`` ``queue_stats`` returned [] and ``cancel_job`` said the
+    job did not exist: the driver read the result before the pipeline had fetched it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = awa_bridge.insert_job(conn, {"n": 1}, kind="admin_in_pipeline", queue="piped")
+        with conn.pipeline():
+            before = admin.queue_stats(conn, "piped")
+            cancelled = admin.cancel_job(conn, job.id)
+            admin.pause_queue(conn, "piped", paused_by="test")  # a statement that returns no rows
+            after = admin.queue_stats(conn, "piped")
+    assert [(s.queue, s.available, s.paused) for s in before] == [("piped", 1, False)]
+    assert (cancelled.id, cancelled.state.value) == (job.id, "cancelled")
+    assert [(s.available, s.paused) for s in after] == [(0, True)]
+    # A statement that fails in a pipeline still raises (42P01 is itself a ProgrammingError).
+    with (
+        psycopg.connect(make_database(), autocommit=True) as bare,
+        bare.pipeline(),
+        pytest.raises(psycopg.errors.UndefinedTable),
+    ):
+        admin.queue_stats(bare)
+
+
+async def test_admin_calls_on_an_async_pipeline_read_their_rows(db_url: str, make_database: Callable[[], str]) -> None:
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        job = await awa_bridge.insert_job(conn, {"n": 1}, kind="admin_in_pipeline", queue="piped_async")
+        async with conn.pipeline():
+            before = await admin.queue_stats_async(conn, "piped_async")
+            cancelled = await admin.cancel_job_async(conn, job.id)
+            await admin.pause_queue_async(conn, "piped_async", paused_by="test")
+            after = await admin.queue_stats_async(conn, "piped_async")
+    assert [(s.queue, s.available, s.paused) for s in before] == [("piped_async", 1, False)]
+    assert (cancelled.id, cancelled.state.value) == (job.id, "cancelled")
+    assert [(s.available, s.paused) for s in after] == [(0, True)]
+    async with await psycopg.AsyncConnection.connect(make_database(), autocommit=True) as bare, bare.pipeline():
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            await admin.queue_stats_async(bare)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from psycopg import ProgrammingError
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
@@ -20,12 +21,26 @@ from ..sql import Query
 from .base import Row, copy_statement
 
 TUPLES_OK = ExecStatus.TUPLES_OK
+COMMAND_OK = ExecStatus.COMMAND_OK
 
 
 def _has_rows(cursor: Any) -> bool:
     # Cheaper than ``cursor.description``, which builds a Column per column on each access.
     result = cursor.pgresult
     return result is not None and result.status == TUPLES_OK
+
+
+def _pipelined(cursor: Any) -> bool:
+    """True when the statement just executed has no result yet: the connection is in pipeline mode,
+    where the result arrives at the first fetch (outside a pipeline ``execute`` waits for it)."""
+    return cursor.pgresult is None
+
+
+def _rowless(cursor: Any) -> bool:
+    """After a fetch raised ``ProgrammingError`` in a pipeline: True when it only said that the
+    statement (an UPDATE without RETURNING, say) returns no rows, not that it failed."""
+    result = cursor.pgresult
+    return result is not None and result.status == COMMAND_OK
 
 
 # A named query's result columns never change: read once from a result, then reused. (psycopg's
@@ -93,6 +108,13 @@ class PsycopgSync:
         # tuple_row, whatever the connection's own row_factory; dicts built with the query's names.
         with self.conn.cursor(row_factory=tuple_row) as cursor:
             cursor.execute(query.pyformat, params)
+            if _pipelined(cursor):
+                try:
+                    return _dicts(query, cursor, cursor.fetchall())
+                except ProgrammingError:
+                    if _rowless(cursor):
+                        return []
+                    raise
             return _dicts(query, cursor, cursor.fetchall()) if _has_rows(cursor) else []
 
     def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
@@ -158,6 +180,13 @@ class PsycopgAsync:
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
         async with self.conn.cursor(row_factory=tuple_row) as cursor:
             await cursor.execute(query.pyformat, params)
+            if _pipelined(cursor):  # as in ``PsycopgSync.fetch_all``
+                try:
+                    return _dicts(query, cursor, await cursor.fetchall())
+                except ProgrammingError:
+                    if _rowless(cursor):
+                        return []
+                    raise
             return _dicts(query, cursor, await cursor.fetchall()) if _has_rows(cursor) else []
 
     async def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
