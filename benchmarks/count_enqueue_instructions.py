@@ -103,6 +103,48 @@ def _psycopg_case(url: str, case: str, calls: int) -> None:
                 awa_bridge.insert_job_sync(conn, SendEmail("a@example.com", "Hi", n))
 
 
+def _sqlalchemy_case(url: str, case: str, calls: int) -> None:
+    """On a SQLAlchemy ``Session`` (psycopg dialect, engine in autocommit): the ORM code's door."""
+    import sqlalchemy as sa
+    from sqlalchemy.orm import Session
+
+    import awa_bridge
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    bare = sa.text("INSERT INTO awa.jobs (kind, queue, args) VALUES (:kind, :queue, :args) RETURNING id")
+    with Session(engine) as session:
+        for n in range(calls):
+            if case == "bare INSERT, SQLAlchemy":
+                session.execute(bare, {"kind": "send_email", "queue": "default", "args": _json(n)}).scalar_one()
+            else:
+                awa_bridge.insert_job(session, SendEmail("a@example.com", "Hi", n))
+    engine.dispose()
+
+
+def _django_case(url: str, case: str, calls: int) -> None:
+    """On ``django.db.connection`` (autocommit, Django's default outside ``atomic()``)."""
+    import django
+    from django.conf import settings
+
+    import awa_bridge
+
+    parts = urlsplit(url)
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/"), "HOST": parts.hostname}
+    database.update({"PORT": str(parts.port or 5432), "USER": parts.username or "", "PASSWORD": parts.password or ""})
+    settings.configure(DATABASES={"default": database}, USE_TZ=True)
+    django.setup()
+    from django.db import connection
+
+    for n in range(calls):
+        if case == "bare INSERT, Django":
+            with connection.cursor() as cursor:
+                cursor.execute(BARE_PSYCOPG, ("send_email", "default", _json(n)))
+                cursor.fetchone()
+        else:
+            awa_bridge.insert_job(connection, SendEmail("a@example.com", "Hi", n))
+    connection.close()
+
+
 CASES = [
     "bare INSERT, asyncpg",
     "insert_job, asyncpg",
@@ -112,6 +154,10 @@ CASES = [
     "insert_job_sync, psycopg",
     "bare INSERT, psycopg-async",
     "insert_job, psycopg-async",
+    "bare INSERT, SQLAlchemy",
+    "insert_job, SQLAlchemy",
+    "bare INSERT, Django",
+    "insert_job, Django",
 ]
 
 
@@ -157,6 +203,10 @@ def run_case(url: str, case: str, calls: int) -> None:
         _parts_case(case, calls)
     elif case.endswith("psycopg"):
         _psycopg_case(url, case, calls)
+    elif case.endswith("SQLAlchemy"):
+        _sqlalchemy_case(url, case, calls)
+    elif case.endswith("Django"):
+        _django_case(url, case, calls)
     elif case.endswith("psycopg-async"):
         asyncio.run(_psycopg_async_case(url, case, calls))
     else:

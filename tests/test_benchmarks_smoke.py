@@ -35,6 +35,8 @@ import bench_soak  # noqa: E402
 import bench_worker  # noqa: E402
 import count_enqueue_instructions  # noqa: E402
 
+from .conftest import count_rows  # noqa: E402
+
 
 def leftover_databases(server_url: str, pid: int) -> list[str]:
     with psycopg.connect(server_url, autocommit=True) as conn:
@@ -472,6 +474,24 @@ def test_client_instruction_count_takes_insert_job_apart(server_url: str) -> Non
     out, _, _ = run_script(server_url, "count_enqueue_instructions.py", *only)
     row = next(line for line in out.splitlines() if line.startswith("| the args object"))
     assert int(row.split("|")[2].replace(",", "")) > 0, out
+
+
+def test_client_instruction_count_cases_each_enqueue(db_url: str) -> None:
+    """Every case ``count_enqueue_instructions.py`` counts (pgqueuer's aside: its schema is not here)
+    runs as the script's child does, without valgrind, and writes its jobs: three each."""
+    script = str(BENCH / "count_enqueue_instructions.py")
+    cases = [case for case in count_enqueue_instructions.CASES if not case.startswith("pgqueuer")]
+    assert {"insert_job, SQLAlchemy", "insert_job, Django"} <= set(cases)
+    for case in cases:
+        done = subprocess.run(
+            [sys.executable, script, "--child", case, "--calls", "3", "--database-url", db_url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (case, done.stderr[-3000:])
+    assert count_rows(db_url) == 3 * len(cases)
 
 
 @pytest.mark.slow

@@ -70,3 +70,23 @@ class AsyncDriver(Protocol):
 def copy_statement(table: str, columns: Sequence[str]) -> str:
     """``COPY table (cols) FROM STDIN``; table and columns are ours, never user input."""
     return f"COPY {table} ({', '.join(columns)}) FROM STDIN"
+
+
+# A named query's result columns never change; read once, then reused. () for a statement that
+# returns no rows.
+_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def column_names(query: Query, cursor: Any) -> tuple[str, ...]:
+    """The result columns of ``query`` just executed on DB-API ``cursor`` (its ``description`` is
+    read on the query's first run only).
+
+    psycopg builds a ``Column`` object per column at every access of
+    ``description``; a single enqueue through Django read it twice, about a
+    tenth of its client time.
+    """
+    names = _COLUMNS.get(query.name)
+    if names is None:
+        description = cursor.description
+        names = _COLUMNS[query.name] = () if description is None else tuple(column[0] for column in description)
+    return names

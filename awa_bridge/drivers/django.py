@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..sql import Query
-from .base import Row, copy_statement
+from .base import Row, column_names, copy_statement
 
 
 class DjangoSync:
@@ -22,11 +22,10 @@ class DjangoSync:
 
     def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
         with self.conn.cursor() as cursor:
-            cursor.execute(query.pyformat, params)
-            if cursor.description is None:
-                return []
-            names = [column[0] for column in cursor.description]
-            return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            cursor.execute(query.pyformat, params)  # Django's wrapper: atomic(), the query log, debug
+            raw = cursor.cursor  # the result is read on the driver's cursor: no wrapper per attribute
+            names = column_names(query, raw)
+            return [dict(zip(names, values, strict=True)) for values in raw.fetchall()] if names else []
 
     def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
         rows = self.fetch_all(query, params)

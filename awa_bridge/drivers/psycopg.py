@@ -18,7 +18,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import tuple_row
 
 from ..sql import Query
-from .base import Row, copy_statement
+from .base import Row, column_names, copy_statement
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 COMMAND_OK = ExecStatus.COMMAND_OK
@@ -43,17 +43,8 @@ def _rowless(cursor: Any) -> bool:
     return result is not None and result.status == COMMAND_OK
 
 
-# A named query's result columns never change: read once from a result, then reused. (psycopg's
-# dict_row reads them from cursor.description, a Column object per column, at every execute:
-# a sixth of a single enqueue's client instructions.)
-_COLUMNS: dict[str, tuple[str, ...]] = {}
-
-
 def _dicts(query: Query, cursor: Any, rows: list[tuple[Any, ...]]) -> list[Row]:
-    names = _COLUMNS.get(query.name)
-    if names is None:
-        result = cursor.pgresult
-        names = _COLUMNS[query.name] = tuple(result.fname(i).decode() for i in range(result.nfields))
+    names = column_names(query, cursor)
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 

@@ -23,6 +23,18 @@ def _text(query: Query) -> Any:
     return text(query.named)
 
 
+def _dicts(result: Any) -> list[Row]:
+    """The rows of a SQLAlchemy ``Result`` as dicts by column name ([] for a statement without rows).
+
+    Zipped with the result's keys: cheaper than
+    ``result.mappings()``, which builds a ``RowMapping`` per row to copy from.
+    """
+    if not result.returns_rows:
+        return []
+    names = tuple(result.keys())
+    return [dict(zip(names, row, strict=True)) for row in result.all()]
+
+
 _PING = Query(name="ping", pyformat="SELECT 1", numeric="SELECT 1", named="SELECT 1", order=())
 
 
@@ -34,7 +46,7 @@ class SQLAlchemySync:
 
     def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
         result = self.conn.execute(_text(query), params or {})
-        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+        return _dicts(result)
 
     def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
         rows = self.fetch_all(query, params)
@@ -92,7 +104,7 @@ class SQLAlchemyAsync:
 
     async def fetch_all(self, query: Query, params: dict[str, Any] | None = None) -> list[Row]:
         result = await self.conn.execute(_text(query), params or {})
-        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+        return _dicts(result)
 
     async def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
         rows = await self.fetch_all(query, params)
