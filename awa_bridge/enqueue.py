@@ -107,8 +107,9 @@ class PreparedJob:
         values["state"] = self.state
         values["priority"] = self.priority
         values["max_attempts"] = self.max_attempts
-        values["run_at"] = row["run_at"]
-        values["created_at"] = row["created_at"]
+        run_at = values["run_at"] = row["run_at"]
+        created_at = row["created_at"]  # NULL when it equals run_at (queries.sql, insert_job)
+        values["created_at"] = run_at if created_at is None else created_at
         values["errors"] = []
         values["metadata"] = decode_json(self.metadata_json)
         values["tags"] = list(self.tags)

@@ -110,6 +110,30 @@ async def test_scheduled_run_at_and_round_trip(handle: Handle, db_url: str) -> N
     assert job.errors == []
 
 
+async def test_the_returned_times_are_the_rows_times(handle: Handle, db_url: str) -> None:
+    """The insert reads back ``created_at`` only where it differs from ``run_at`` (a job available now
+    has both at now()): on every driver the returned ``Job`` has the row's two times, for a job
+    available now (the three-parameter statement), a scheduled one and one with an ordering key."""
+    later = datetime.now(UTC) + timedelta(days=1)
+    await handle.begin()
+    jobs = [
+        await handle.insert(SendEmail(to="now@b.com", subject="Hi")),
+        await handle.insert(SendEmail(to="later@b.com", subject="Hi"), run_at=later),
+        await handle.insert(SendEmail(to="ordered@b.com", subject="Hi"), ordering_key="k1"),
+    ]
+    await handle.commit()
+    with psycopg.connect(db_url) as conn:
+        rows = dict(
+            (row[0], row[1:])
+            for row in conn.execute(
+                "SELECT id, run_at, created_at FROM awa.jobs WHERE id = ANY(%s)", ([j.id for j in jobs],)
+            )
+        )
+    assert [(job.run_at, job.created_at) for job in jobs] == [rows[job.id] for job in jobs]
+    assert jobs[0].created_at == jobs[0].run_at and jobs[1].run_at == later > jobs[1].created_at
+    assert all(job.created_at.tzinfo is not None for job in jobs)
+
+
 async def test_ordering_key_commits_and_rolls_back_with_the_job(handle: Handle, db_url: str) -> None:
     """A job with an ordering key takes the third insert statement (through the contract's
     function, since awa.jobs has no column for the key): on every driver its key lands
