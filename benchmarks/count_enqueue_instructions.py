@@ -33,7 +33,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import psycopg
 
@@ -129,8 +129,11 @@ def _django_case(url: str, case: str, calls: int) -> None:
     import awa_bridge
 
     parts = urlsplit(url)
-    database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/"), "HOST": parts.hostname}
-    database.update({"PORT": str(parts.port or 5432), "USER": parts.username or "", "PASSWORD": parts.password or ""})
+    query = dict(parse_qsl(parts.query))  # the embedded server's URL names its socket directory in ?host=
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/")}
+    database["HOST"] = query.get("host", parts.hostname or "")
+    database["PORT"] = query.get("port", str(parts.port or ""))
+    database.update({"USER": parts.username or "postgres", "PASSWORD": parts.password or ""})
     settings.configure(DATABASES={"default": database}, USE_TZ=True)
     django.setup()
     from django.db import connection
