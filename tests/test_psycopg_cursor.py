@@ -23,6 +23,7 @@ import pytest
 
 import awa_bridge
 from awa_bridge import Job, UniqueConflict, admin
+from awa_bridge.receipts import record_effect, record_effect_async
 
 
 def written(db_url: str, jobs: list[Job]) -> dict[int, dict[str, int]]:
@@ -128,6 +129,14 @@ def test_admin_calls_on_a_sync_pipeline_read_their_rows(db_url: str, make_databa
     assert [(s.queue, s.available, s.paused) for s in before] == [("piped", 1, False)]
     assert (cancelled.id, cancelled.state.value) == (job.id, "cancelled")
     assert [(s.available, s.paused) for s in after] == [(0, True)]
+    # Receipts read their rows the same way: the second call finds the first one's outcome.
+    effects: list[int] = []
+    with psycopg.connect(db_url) as conn, conn.pipeline():
+        for _ in range(2):
+            outcome = record_effect(conn, "t1", "op-1", {"n": 1}, lambda: effects.append(1) or "done")
+            assert outcome == "done"
+        conn.commit()
+    assert effects == [1]
     # A statement that fails in a pipeline still raises (42P01 is itself a ProgrammingError).
     with (
         psycopg.connect(make_database(), autocommit=True) as bare,
@@ -148,6 +157,13 @@ async def test_admin_calls_on_an_async_pipeline_read_their_rows(db_url: str, mak
     assert [(s.queue, s.available, s.paused) for s in before] == [("piped_async", 1, False)]
     assert (cancelled.id, cancelled.state.value) == (job.id, "cancelled")
     assert [(s.available, s.paused) for s in after] == [(0, True)]
+    effects: list[int] = []
+    async with await psycopg.AsyncConnection.connect(db_url) as conn, conn.pipeline():
+        for _ in range(2):
+            outcome = await record_effect_async(conn, "t1", "op-async", {"n": 1}, lambda: effects.append(1) or "done")
+            assert outcome == "done"
+        await conn.commit()
+    assert effects == [1]
     async with await psycopg.AsyncConnection.connect(make_database(), autocommit=True) as bare, bare.pipeline():
         with pytest.raises(psycopg.errors.UndefinedTable):
             await admin.queue_stats_async(bare)
