@@ -26,8 +26,8 @@ def _text(query: Query) -> Any:
 def _dicts(result: Any) -> list[Row]:
     """The rows of a SQLAlchemy ``Result`` as dicts by column name ([] for a statement without rows).
 
-    Zipped with the result's keys: cheaper than
-    ``result.mappings()``, which builds a ``RowMapping`` per row to copy from.
+    Zipped with the result's keys: cheaper than ``result.mappings()``, which
+    builds a ``RowMapping`` per row to copy from.
     """
     if not result.returns_rows:
         return []
