@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import psycopg
 
@@ -412,6 +412,111 @@ def bridge_cases(url: str, notes: list[str]) -> list[Case]:
     return cases
 
 
+# ---- awa_bridge through SQLAlchemy and Django, each beside the same bare INSERT sent through it
+
+
+def framework_cases(url: str, notes: list[str]) -> list[Case]:
+    """``insert_job(session, ...)`` on a SQLAlchemy ``Session`` (psycopg dialect) and
+    ``insert_job(connection, ...)`` on Django's connection, each against a bare INSERT sent through
+    the same framework (``session.execute(text(...))``, ``cursor.execute``): the doors ORM code uses.
+    """
+    reset = lambda: truncate(url, ["awa.jobs", "awa.job_ordering_keys"])  # noqa: E731
+    cases: list[Case] = []
+    if _maybe_import("sqlalchemy.orm") is None:
+        notes.append("SQLAlchemy is not installed: its cases are skipped")
+    else:
+        import sqlalchemy as sa
+        from sqlalchemy.orm import Session
+
+        bare = sa.text("INSERT INTO awa.jobs (kind, queue, args) VALUES (:kind, :queue, :args) RETURNING id")
+
+        def sqlalchemy_single(body: Callable[[Any, int], Any]) -> Opener:
+            async def opener() -> tuple[Run, Callable[[], Awaitable[None]]]:
+                # Autocommit: the INSERT alone, as on the other drivers; else session.begin() around it.
+                isolation = {} if SINGLE_IN_TRANSACTION else {"isolation_level": "AUTOCOMMIT"}
+                engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), **isolation)
+                session = Session(engine)
+
+                async def run(first: int, count: int) -> None:
+                    for n in range(first, first + count):
+                        with session.begin():
+                            body(session, n)
+
+                async def close() -> None:
+                    session.close()
+                    engine.dispose()
+
+                return run, close
+
+            return opener
+
+        def bare_sqlalchemy(session: Any, n: int) -> Any:
+            return session.execute(bare, {"kind": KIND, "queue": QUEUE, "args": dumps(job_dict(n))}).scalar_one()
+
+        def bridge_sqlalchemy(session: Any, n: int) -> Any:
+            return awa_bridge.insert_job(session, job_obj(n))
+
+        cases += [
+            Case("single", "baseline", "bare INSERT", "sqlalchemy", sqlalchemy_single(bare_sqlalchemy), reset),
+            Case(
+                "single", "awa_bridge", "awa_bridge insert_job(session)", "sqlalchemy",
+                sqlalchemy_single(bridge_sqlalchemy), reset, "single:bare INSERT:sqlalchemy",
+            ),
+        ]  # fmt: skip
+    if _maybe_import("django") is None:
+        notes.append("Django is not installed: its cases are skipped")
+        return cases
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))  # the embedded server's URL names its socket directory in ?host=
+        database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/")}
+        database["HOST"] = query.get("host", parts.hostname or "")
+        database["PORT"] = query.get("port", str(parts.port or ""))
+        database.update({"USER": parts.username or "postgres", "PASSWORD": parts.password or ""})
+        settings.configure(DATABASES={"default": database}, USE_TZ=True)
+        django.setup()
+    # Every case runs from this script's one event loop, where Django's sync API refuses to run; its
+    # connection is used here from that one thread, one call at a time, which is what the check guards.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from django.db import connection, transaction
+
+    def django_single(body: Callable[[int], Any]) -> Opener:
+        async def opener() -> tuple[Run, Callable[[], Awaitable[None]]]:
+            connection.close()  # a new connection per phase: it takes the database's synchronous_commit
+
+            async def run(first: int, count: int) -> None:
+                for n in range(first, first + count):
+                    with transaction.atomic() if SINGLE_IN_TRANSACTION else contextlib.nullcontext():
+                        body(n)
+
+            async def close() -> None:
+                connection.close()
+
+            return run, close
+
+        return opener
+
+    def bare_django(n: int) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(BARE_INSERT_PSYCOPG, (KIND, QUEUE, dumps(job_dict(n))))
+            return cursor.fetchone()
+
+    def bridge_django(n: int) -> Any:
+        return awa_bridge.insert_job(connection, job_obj(n))
+
+    cases += [
+        Case("single", "baseline", "bare INSERT", "django", django_single(bare_django), reset),
+        Case(
+            "single", "awa_bridge", "awa_bridge insert_job(connection)", "django",
+            django_single(bridge_django), reset, "single:bare INSERT:django",
+        ),
+    ]  # fmt: skip
+    return cases
+
+
 # ---- awa-pg (its own database, migrated by awa-pg)
 
 AWA_PG_TABLES = [
@@ -624,7 +729,7 @@ async def setup_systems(dbs: Databases) -> Setup:
 
     url = dbs.create("awa_bridge")
     awa_bridge.migrate(url)
-    cases = bridge_cases(url, notes)
+    cases = bridge_cases(url, notes) + framework_cases(url, notes)
 
     if _maybe_import("awa.bridge") is None:
         notes.append("awa-pg is not installed: skipped (pip install awa-pg==0.6.9)")

@@ -401,6 +401,12 @@ def test_enqueue_benchmark_compares_each_driver_with_pgqueuer_on_the_same_driver
         assert f"| pgqueuer | pgqueuer {label} | {driver} |" in out
     assert "- awa_bridge insert_job (psycopg-async, durable):" in out
     assert "vs pgqueuer single on psycopg-async" in out and "vs pgqueuer single on asyncpg" in out
+    # The ORM doors, each beside the same bare INSERT sent through its framework, with the ratio to it.
+    for label, driver in (("insert_job(session)", "sqlalchemy"), ("insert_job(connection)", "django")):
+        assert f"| baseline | bare INSERT | {driver} |" in out
+        start = f"| awa_bridge | awa_bridge {label} | {driver} |"
+        row = next(line for line in out.splitlines() if line.startswith(start))
+        assert re.search(r"\| \d\.\d\dx \|", row), row
 
 
 def server_binaries_to_count() -> bool:
