@@ -466,18 +466,10 @@ def framework_cases(url: str, notes: list[str]) -> list[Case]:
     if _maybe_import("django") is None:
         notes.append("Django is not installed: its cases are skipped")
         return cases
-    import django
     from django.conf import settings
 
     if not settings.configured:
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))  # the embedded server's URL names its socket directory in ?host=
-        database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/")}
-        database["HOST"] = query.get("host", parts.hostname or "")
-        database["PORT"] = query.get("port", str(parts.port or ""))
-        database.update({"USER": parts.username or "postgres", "PASSWORD": parts.password or ""})
-        settings.configure(DATABASES={"default": database}, USE_TZ=True)
-        django.setup()
+        configure_django(url)
     # Every case runs from this script's one event loop, where Django's sync API refuses to run; its
     # connection is used here from that one thread, one call at a time, which is what the check guards.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -515,6 +507,22 @@ def framework_cases(url: str, notes: list[str]) -> list[Case]:
         ),
     ]  # fmt: skip
     return cases
+
+
+def configure_django(url: str) -> None:
+    """Django set up in this process with ``url`` as its default database (also for
+    ``count_enqueue_instructions.py``)."""
+    import django
+    from django.conf import settings
+
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))  # the embedded server's URL names its socket directory in ?host=
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/")}
+    database["HOST"] = query.get("host", parts.hostname or "")
+    database["PORT"] = query.get("port", str(parts.port or ""))
+    database.update({"USER": parts.username or "postgres", "PASSWORD": parts.password or ""})
+    settings.configure(DATABASES={"default": database}, USE_TZ=True)
+    django.setup()
 
 
 # ---- awa-pg (its own database, migrated by awa-pg)

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -123,19 +123,11 @@ def _sqlalchemy_case(url: str, case: str, calls: int) -> None:
 
 def _django_case(url: str, case: str, calls: int) -> None:
     """On ``django.db.connection`` (autocommit, Django's default outside ``atomic()``)."""
-    import django
-    from django.conf import settings
+    from bench_enqueue import configure_django  # a sibling script
 
     import awa_bridge
 
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))  # the embedded server's URL names its socket directory in ?host=
-    database = {"ENGINE": "django.db.backends.postgresql", "NAME": parts.path.lstrip("/")}
-    database["HOST"] = query.get("host", parts.hostname or "")
-    database["PORT"] = query.get("port", str(parts.port or ""))
-    database.update({"USER": parts.username or "postgres", "PASSWORD": parts.password or ""})
-    settings.configure(DATABASES={"default": database}, USE_TZ=True)
-    django.setup()
+    configure_django(url)
     from django.db import connection
 
     for n in range(calls):
