@@ -72,8 +72,8 @@ def copy_statement(table: str, columns: Sequence[str]) -> str:
     return f"COPY {table} ({', '.join(columns)}) FROM STDIN"
 
 
-# A named query's result columns never change; read once, then reused. () for a statement that
-# returns no rows.
+# A named query's result columns never change; read once (from a run that had a result set),
+# then reused.
 _COLUMNS: dict[str, tuple[str, ...]] = {}
 
 
@@ -88,5 +88,7 @@ def column_names(query: Query, cursor: Any) -> tuple[str, ...]:
     names = _COLUMNS.get(query.name)
     if names is None:
         description = cursor.description
-        names = _COLUMNS[query.name] = () if description is None else tuple(column[0] for column in description)
+        if description is None:  # no result set (cheap to ask again): nothing cached from this run
+            return ()
+        names = _COLUMNS[query.name] = tuple(column[0] for column in description)
     return names

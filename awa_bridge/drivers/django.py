@@ -25,7 +25,13 @@ class DjangoSync:
             cursor.execute(query.pyformat, params)  # Django's wrapper: atomic(), the query log, debug
             raw = cursor.cursor  # the result is read on the driver's cursor: no wrapper per attribute
             names = column_names(query, raw)
-            return [dict(zip(names, values, strict=True)) for values in raw.fetchall()] if names else []
+            if not names:
+                return []
+            # Values are converted as they are fetched, and a conversion can fail (a time past year
+            # 9999): Django's own fetch turns that into django.db.DataError, and so does this.
+            with self.conn.wrap_database_errors:
+                values = raw.fetchall()
+            return [dict(zip(names, row, strict=True)) for row in values]
 
     def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
         rows = self.fetch_all(query, params)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 
 import awa_django
-from awa_bridge import UniqueConflict, ValidationError
+from awa_bridge import UniqueConflict, ValidationError, admin
 from awa_django.models import Job
 
 from .testapp.models import Order
@@ -37,6 +37,18 @@ def test_a_rolled_back_savepoint_takes_only_its_job(awa: None) -> None:
             awa_django.insert_job({"n": 1}, kind="k", unique=True)
         awa_django.insert_job({"n": 2}, kind="k", using="default")
     assert sorted(Job.objects.values_list("args", flat=True), key=str) == [{"n": 1}, {"n": 2}]
+
+
+def test_a_value_that_cannot_be_read_raises_djangos_error(awa: None) -> None:
+    """A row's value that fails as it is fetched (a time past year 9999: 'infinity') raises Django's
+    DataError, as the ORM's own fetch would, not the driver's."""
+    job = awa_django.insert_job({"n": 1}, kind="parked")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE awa.jobs SET state = 'scheduled', run_at = 'infinity' WHERE id = %s", [job.id])
+    with pytest.raises(DataError, match="year"):
+        admin.cancel_job(connection, job.id)
+    with pytest.raises(DataError, match="year"):
+        Job.objects.get(id=job.id)  # the ORM says the same of that row
 
 
 def test_task_enqueue_binds_arguments_by_name(awa: None) -> None:
