@@ -1036,8 +1036,7 @@ def targets(by_key: dict[str, Case], cases: list[Case]) -> list[str]:
                 value = rate_of(case, phase)
                 base = rate_of(by_key.get(case.baseline or ""), phase)
                 name = f"{case.label} ({case.driver}, {tag})"
-                check(name, value, base * 0.8 if base else None, "80% of bare INSERT")
-                check(name, value, base * 0.9 if base else None, "90% of bare INSERT (issue 11)")
+                check(name, value, base * 0.9 if base else None, "90% of bare INSERT")
                 bare = rate_of(by_key.get(f"single:{STATEMENT_LABEL}:{case.driver}"), phase)
                 check(name, value, bare * 0.9 if bare else None, "90% of its own statement sent bare (its client path)")
                 peer = peer_of(by_key, case)

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> None:
         "--bridge-config",
         default="{}",
         metavar="JSON",
-        help='awa_bridge WorkerConfig overrides, e.g. \'{"event_loop": "asyncio"}\' (each worker runs on the loop '
-        "its own CLI would: awa_bridge and pgqueuer on uvloop where installed)",
+        help='awa_bridge WorkerConfig overrides, e.g. \'{"event_loop": "uvloop"}\' (each worker runs on the loop '
+        "its own CLI would: awa_bridge on asyncio's by default, pgqueuer on uvloop where installed)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
