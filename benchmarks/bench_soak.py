@@ -453,10 +453,11 @@ class Outcome:
 class Session:
     """One system's database, workers and producer, all torn down by ``close``."""
 
-    def __init__(self, system: SoakSystem, url: str, args: argparse.Namespace) -> None:
+    def __init__(self, system: SoakSystem, url: str, args: argparse.Namespace, *, ledger: bool = False) -> None:
         self.system = system
         self.url = url
         self.args = args
+        self.ledger = ledger  # the workers write the ids they handle (bench_procs.Worker.ids)
         self.workers: list[bp.Worker] = []
         self.conn: Any = None
         self.producer: Producer | None = None
@@ -470,7 +471,7 @@ class Session:
         if self.system.name == "awa_bridge":
             config = {"completed_retention": self.args.retention, **json.loads(self.args.bridge_config or "{}")}
         self.workers = [
-            bp.Worker(self.system.name, self.url, self.args.concurrency, bridge_config=config)
+            bp.Worker(self.system.name, self.url, self.args.concurrency, bridge_config=config, ledger=self.ledger)
             for _ in range(self.args.processes)
         ]
         for w in self.workers:

@@ -105,6 +105,35 @@ def test_soak_runs_with_peers_and_prints_a_comparison(server_url: str) -> None:
 
 
 @pytest.mark.slow
+def test_pressure_runs_every_phase_and_loses_no_job(server_url: str) -> None:
+    """R31 at a few seconds a phase: each pressure is applied (its held transaction shows in the
+    oldest-transaction column), every job produced is handled, the queue drains, the worker stops."""
+    out, err, _ = run_script(
+        server_url,
+        "bench_pressure.py",
+        "--rate",
+        "100",
+        "--phase-seconds",
+        "3",
+        "--report-seconds",
+        "1.5",
+        "--drain-seconds",
+        "60",
+        "--retention",
+        "5",
+    )
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
+    for phase in ("baseline", "idle-in-tx", "active-readers", "high-load", "recovery"):
+        assert phase in rows, out
+    oldest = {phase: float(rows[phase][8].replace(",", "")) for phase in ("baseline", "idle-in-tx", "active-readers")}
+    assert oldest["idle-in-tx"] >= 1 and oldest["active-readers"] >= 1, out
+    assert "- no job lost: yes" in out and "- drained after the pressure: yes" in out, out
+    assert "- worker stopped cleanly: yes" in out, out
+    assert float(rows["high-load"][2].replace(",", "")) > 120, out  # 1.5x the rate offered
+    assert "active-readers |" in err
+
+
+@pytest.mark.slow
 def test_soak_find_max_ramps_then_soaks(server_url: str) -> None:
     out, err, _ = run_script(
         server_url,
