@@ -1,6 +1,6 @@
 """Pressure benchmark (R31): the queue under MVCC pressure and overload, and its recovery.
 
-A producer at a steady rate (``--rate``, default 2,000 jobs/s) and one awa_bridge worker, as in
+A producer at a steady rate (``--rate``, default 2,000 jobs/s) and one worker process, as in
 ``bench_soak.py`` (short retention, so finished rows are deleted as they age), through phases of
 ``--phase-seconds`` each (default 120):
 
@@ -22,11 +22,14 @@ transaction), then a table per phase and the verdict:
 - the worker stopped cleanly (exit status 0 within 30 s);
 
 and, as figures, how long after each pressure the handled rate was back at 90 % of the
-baseline's with the backlog gone. Exit status 1 when an invariant fails.
+baseline's with the backlog gone. ``--systems awa_bridge,pgqueuer`` puts the peers through the
+same phases, one after the other, each on its own database at its defaults (the readers count
+rows of the system's own tables). Exit status 1 when one of awa_bridge's invariants fails; a
+peer's verdict is a finding, not an error.
 
     python benchmarks/bench_pressure.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
-Its database is dropped at the end, also on Ctrl-C or an error.
+Its databases are dropped at the end, also on Ctrl-C or an error.
 """
 
 from __future__ import annotations
@@ -79,12 +82,12 @@ class Pressure:
         await conn.execute("BEGIN")
         await conn.fetchval("SELECT txid_current()")  # now it holds an XID: the horizon stops here
 
-    async def readers(self, count: int = READERS) -> None:
+    async def readers(self, query: str, count: int = READERS) -> None:
         import asyncpg
 
         async def read(conn: Any) -> None:
             while True:
-                await conn.fetchval("SELECT count(*) FROM awa.jobs")
+                await conn.fetch(query)
                 await asyncio.sleep(1)
 
         for _ in range(count):
@@ -117,11 +120,11 @@ def phases(args: argparse.Namespace) -> list[Phase]:
     ]
 
 
-async def start_pressure(phase: Phase, pressure: Pressure) -> None:
+async def start_pressure(phase: Phase, pressure: Pressure, system: bs.SoakSystem) -> None:
     if phase.name == "idle-in-tx":
         await pressure.idle_in_transaction()
     elif phase.name == "active-readers":
-        await pressure.readers()
+        await pressure.readers(system.rows_sql)  # a count over the system's job tables
 
 
 async def run_phase(session: bs.Session, meter: bs.Meter, phase: Phase, args: argparse.Namespace) -> None:
@@ -152,7 +155,7 @@ def back_after(phase: Phase, baseline: Phase, report_seconds: float) -> float | 
 
 def phase_table(done: list[Phase], report_seconds: float) -> list[str]:
     lines = [
-        "| phase | offered/s | handled/s | p95 ms (median of periods) | live rows, max | dead tuples, max "
+        "| phase | offered/s | handled/s | p95 ms, median of periods / max | live rows, max | dead tuples, max "
         "| tables MB, max | oldest transaction s, max | back to 90 % of baseline |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -169,7 +172,8 @@ def phase_table(done: list[Phase], report_seconds: float) -> list[str]:
         lines.append(
             f"| {phase.name} | {statistics.median(iv.produced_rate for iv in ivs):,.0f} "
             f"| {statistics.median(iv.rate for iv in ivs):,.0f} "
-            f"| {bs.ms(statistics.median(p95s) if p95s else None)} | {max(iv.live for iv in ivs):,} "
+            f"| {bs.ms(statistics.median(p95s) if p95s else None)} / {bs.ms(max(p95s) if p95s else None)} "
+            f"| {max(iv.live for iv in ivs):,} "
             f"| {max(iv.dead for iv in ivs):,} | {bs.mb(max(iv.size for iv in ivs))} "
             f"| {max(o for _, o in phase.intervals):,.0f} | {back} |"
         )
@@ -188,10 +192,8 @@ async def drain(session: bs.Session, seconds: float) -> bool:
     return False
 
 
-async def run(args: argparse.Namespace, server_url: str, report: list[str]) -> bool:
-    """The phases, the drain and the stop; fills ``report``; True when every invariant held."""
-    dbs = bw.Databases(server_url)
-    system = bs.bridge()
+async def run_system(system: bs.SoakSystem, dbs: bw.Databases, args: argparse.Namespace) -> tuple[list[str], bool]:
+    """One system through the phases, the drain and the stop: its report lines, and whether every invariant held."""
     name = dbs.template(system.name)
     url = dbs.url(name)
     session = bs.Session(system, url, args, ledger=True)
@@ -202,10 +204,11 @@ async def run(args: argparse.Namespace, server_url: str, report: list[str]) -> b
         meter = await session.open(args.rate)
         await meter.reset()
         meter.t0 = meter.last_t
+        bs.say(f"\n{system.name}:")
         bs.say(bs.HEADER + " oldest xact s | phase |")
         for phase in phases(args):
             done.append(phase)
-            await start_pressure(phase, pressure)
+            await start_pressure(phase, pressure, system)
             try:
                 await run_phase(session, meter, phase, args)
             finally:
@@ -224,19 +227,38 @@ async def run(args: argparse.Namespace, server_url: str, report: list[str]) -> b
         stopped = stopped and worker.proc.returncode == 0
         handled = set(worker.ids())
         lost = produced - len(handled)
-        report += phase_table(done, args.report_seconds)
-        report += [
-            "",
+        lines = [f"### {system.name}", "", *phase_table(done, args.report_seconds), ""]
+        lines += [
             f"- no job lost: {'yes' if lost == 0 else f'NO, {lost:,} of {produced:,} never handled'} "
             f"({produced:,} produced, {len(handled):,} handled)",
             f"- drained after the pressure: {'yes' if drained else f'NO, jobs left after {args.drain_seconds:g} s'}",
             f"- worker stopped cleanly: {'yes' if stopped else f'NO (exit status {worker.proc.returncode})'}",
+            "",
         ]
-        return lost == 0 and drained and stopped
+        return lines, lost == 0 and drained and stopped
     finally:
         await pressure.release()
         await session.close()
+        dbs.drop(name)
+
+
+async def run(args: argparse.Namespace, server_url: str, report: list[str]) -> bool:
+    """Each system in turn; fills ``report``; True when awa_bridge's invariants held (a peer's are findings)."""
+    dbs = bw.Databases(server_url)
+    ok = True
+    try:
+        for name in args.systems:
+            modules, loader = bs.LOADERS[name]
+            missing = [m for m in modules if not bw._available(m)]
+            if missing:
+                report.append(f"- {name}: skipped, not installed ({', '.join(missing)}): benchmarks/requirements.txt")
+                continue
+            lines, held = await run_system(loader(), dbs, args)
+            report += lines
+            ok = ok and (held or name != "awa_bridge")
+    finally:
         dbs.drop_all()
+    return ok
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -257,7 +279,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drain-seconds", type=float, default=300.0, help="most the final drain may take (300)")
     parser.add_argument("--retention", type=float, default=60.0, help="completed_retention in seconds (default 60)")
     parser.add_argument("--concurrency", type=int, default=100, help="handlers in the worker (default 100)")
+    parser.add_argument(
+        "--systems",
+        type=lambda s: s.split(","),
+        default=["awa_bridge"],
+        help=f"comma-separated, run one after the other: {','.join(bs.SYSTEMS)} (default awa_bridge)",
+    )
     args = parser.parse_args(argv)
+    for name in args.systems:
+        if name not in bs.SYSTEMS:
+            parser.error(f"--systems: unknown system {name!r} (choose from {', '.join(bs.SYSTEMS)})")
     if args.rate <= 0 or args.overload <= 0 or args.phase_seconds <= 0 or args.report_seconds <= 0:
         parser.error("--rate, --overload, --phase-seconds and --report-seconds must be positive")
     if args.report_seconds > args.phase_seconds:
@@ -282,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- {where}, autovacuum {asyncio.run(bs.server_setting(url, 'autovacuum'))}; {os.cpu_count()} CPUs",
         f"- {args.rate:,.0f} jobs/s, phases of {args.phase_seconds:g} s, high load {args.overload:g}x, "
-        f"retention {args.retention:g} s, concurrency {args.concurrency}",
+        f"awa_bridge's retention {args.retention:g} s, concurrency {args.concurrency}; the peers at their defaults",
         "",
     ]
     try:
