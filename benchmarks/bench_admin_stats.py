@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import bench_procs as bp
 import psycopg
 
 from awa_bridge import admin, insert_many_sync, migrate
@@ -188,20 +189,23 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--no-plan", action="store_true", help="skip the EXPLAIN output")
     ns = parser.parse_args()
+    bp.require_positive(parser, ns, "--rows", "--runs")
 
     server = None
     url = ns.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         server = start_embedded()
         url = server.get_uri("postgres")
     name = f"awa_bench_stats_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-        conn.execute(f'CREATE DATABASE "{name}"')
     db = with_dbname(url, name)
     try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+            conn.execute(f'CREATE DATABASE "{name}"')
         migrate(db)
         print(f"PostgreSQL {version}; {ns.rows:,} completed jobs over 48 h in 8 queues, loaded with {ns.load}")
         with psycopg.connect(db, autocommit=True) as conn:
@@ -227,4 +231,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bp.run_main(main, "interrupted: database dropped")

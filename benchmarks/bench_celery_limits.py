@@ -18,7 +18,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from awa_bridge.celery.child import run_in_child
+import bench_procs as bp
+
+from awa_bridge.celery.child import run_in_child, shutdown
 from awa_bridge.celery.limits import limited_call, run_bounded
 from awa_bridge.worker.context import JobContext
 
@@ -53,7 +55,9 @@ def per_task(fn: Callable[[int], Any], n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=2000)
-    n = parser.parse_args().tasks
+    args = parser.parse_args()
+    bp.require_positive(parser, args, "--tasks")
+    n = args.tasks
     os.environ.setdefault("AWA_TEST_DIR", "/tmp")
     from tests.celery_limits_app import add
 
@@ -71,9 +75,12 @@ def main() -> None:
 
     rows = [("inline, no limits", inline), ("soft_time_limit only", soft), ("time_limit, threads", threads)]
     rows.append(("time_limit, worker_pool='prefork'", prefork))
-    for label, fn in rows:
-        print(f"{label:36s} {per_task(fn, n):9.1f} us/task")
+    try:
+        for label, fn in rows:
+            print(f"{label:36s} {per_task(fn, n):9.1f} us/task")
+    finally:
+        shutdown()  # the prefork children
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: child processes stopped")

@@ -30,6 +30,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import bench_procs as bp  # noqa: E402
+
 FILL = """
 INSERT INTO awa.jobs (kind, queue, args, state, priority, attempt, max_attempts, run_at,
                       attempted_at, finalized_at, created_at, errors)
@@ -189,19 +191,22 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     ns = parser.parse_args()
+    bp.require_positive(parser, ns, "--jobs", "--runs")
 
     import psycopg
 
     from awa_bridge.embedded import database_url_or_embedded
 
+    if os.environ.get("DATABASE_URL"):
+        bp.check_server(os.environ["DATABASE_URL"])
     server_url, server = database_url_or_embedded()
     name = f"awa_bench_admin_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     from urllib.parse import urlsplit, urlunsplit
 
     url = urlunsplit(urlsplit(server_url)._replace(path="/" + name))
     try:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
         configure(url)
         from django.contrib.auth.models import User
         from django.core.management import call_command
@@ -276,4 +281,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    sys.exit(main())
+    bp.run_main(main, "interrupted: database dropped")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import bench_procs as bp
 import psycopg
 
 import awa_bridge
@@ -117,6 +118,8 @@ class Databases:
         return with_dbname(self.server_url, name)
 
     def drop_all(self) -> None:
+        if not self.made:  # nothing to drop: no connection (the server may be the reason nothing was made)
+            return
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             for name in self.made:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -1163,7 +1166,9 @@ def main(argv: list[str] | None = None) -> int:
     SINGLE_IN_TRANSACTION = not args.autocommit
     server = None
     url = args.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         print("no --database-url / DATABASE_URL: starting an embedded PostgreSQL", file=sys.stderr)
@@ -1185,4 +1190,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bp.run_main(main, "interrupted: databases dropped")

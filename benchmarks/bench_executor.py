@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import bench_procs as bp
 import psycopg
 
 import awa_bridge
@@ -89,12 +90,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.database_url:
-        raise SystemExit("give --database-url or set DATABASE_URL")
+        parser.error("give --database-url or set DATABASE_URL")
+    bp.require_positive(parser, args, "--jobs", "--rounds")
+    if min(args.concurrency) < 1:
+        parser.error("--concurrency values must be at least 1")
+    bp.check_server(args.database_url)
     name = f"awa_bench_executor_{os.getpid()}"
-    with psycopg.connect(args.database_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
     url = with_dbname(args.database_url, name)
     try:
+        with psycopg.connect(args.database_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
         awa_bridge.migrate(url)
         best = asyncio.run(run(args, url))
     finally:
@@ -109,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: workers stopped, database dropped")

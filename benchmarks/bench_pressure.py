@@ -29,7 +29,7 @@ peer's verdict is a finding, not an error.
 
     python benchmarks/bench_pressure.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
-Its databases are dropped at the end, also on Ctrl-C or an error.
+Its databases are dropped at the end, also on Ctrl-C, SIGTERM or an error.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_procs as bp
 import bench_soak as bs
 import bench_worker as bw
 
@@ -302,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     server = None
     url = args.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         server = start_embedded()
@@ -316,14 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         f"awa_bridge's retention {args.retention:g} s, concurrency {args.concurrency}; the peers at their defaults",
         "",
     ]
-    try:
-        ok = asyncio.run(run(args, url, report))
-    except KeyboardInterrupt:
-        bs.say("interrupted: worker stopped, database dropped")
-        return 130
+    ok = asyncio.run(run(args, url, report))  # Ctrl-C and SIGTERM: see bp.run_main
     print("\n".join(report))
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bp.run_main(main)

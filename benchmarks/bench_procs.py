@@ -26,11 +26,14 @@ import contextlib
 import json
 import logging
 import os
+import re
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 KIND = "noop"
 QUEUE = "bench"
@@ -201,6 +204,69 @@ async def child_main(args: argparse.Namespace) -> None:
                     rec.ids.tofile(f)
             print("RESULT", json.dumps({"handled": rec.handled}), flush=True)
             return
+
+
+# -- how a benchmark stops and fails ----------------------------------------------------
+
+INTERRUPTED = "interrupted: workers stopped, databases dropped"
+_terminated = False
+
+
+def _sigterm_as_ctrl_c(signum: int, frame: Any) -> None:
+    """SIGTERM does what Ctrl-C does: ``asyncio.run`` cancels its main task (so every ``finally``,
+    awaits included, runs before ``KeyboardInterrupt`` comes out of it); elsewhere KeyboardInterrupt."""
+    global _terminated
+    if _terminated:  # a second ``kill`` must not cut the clean-up short
+        return
+    _terminated = True
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):  # SIGINT ignored (a shell's background job): asyncio.run has no handler of its own
+        raise KeyboardInterrupt
+    handler(signal.SIGINT, frame)
+
+
+def run_main(main: Callable[[], int | None], interrupted: str = INTERRUPTED) -> NoReturn:
+    """Exit with ``main()``'s status; Ctrl-C or SIGTERM stops it cleanly.
+
+    Either one runs the script's clean-up (workers stopped, databases dropped; an embedded
+    server stops at exit), then prints ``interrupted`` as one line to stderr, no traceback, and
+    exits 130 (Ctrl-C) or 143 (SIGTERM), the statuses a shell gives a process killed by them.
+    """
+    signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        status = 143 if _terminated else 130
+    sys.exit(status)
+
+
+def require_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *options: str) -> None:
+    """``parser.error`` (exit 2) naming the first of ``options`` (``"--rows"``, ``"-n"``) below 1."""
+    for option in options:
+        if getattr(args, option.lstrip("-").replace("-", "_")) < 1:
+            parser.error(f"{option} must be at least 1")
+
+
+def without_password(url: str) -> str:
+    """``url`` (or a ``key=value`` connection string) with any password shown as ``***``."""
+    url = re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.I)
+    return re.sub(r"(password\s*=\s*)[^\s&]+", r"\1***", url, flags=re.I)
+
+
+def check_server(url: str) -> None:
+    """Exit 2 with one line on stderr naming ``url`` and why, unless a connection to it opens."""
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        with contextlib.suppress(ValueError):
+            password = urlsplit(url).password
+            reason = reason.replace(password, "***") if password else reason
+        print(f"{os.path.basename(sys.argv[0])}: cannot connect to {without_password(url)}: {reason}", file=sys.stderr)
+        sys.exit(2)
 
 
 # -- parent side ----------------------------------------------------------------------

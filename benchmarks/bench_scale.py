@@ -37,7 +37,7 @@ of it.
 
 Without ``--database-url`` it uses ``$DATABASE_URL``, else an embedded server.
 Every database it creates (``awa_benchw_<pid>_...``) is dropped at the end,
-also on Ctrl-C or an error; every worker process is stopped. The retained
+also on Ctrl-C, SIGTERM or an error; every worker process is stopped. The retained
 section needs disk: about 2 GB for 10 million rows.
 """
 
@@ -48,7 +48,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import time
@@ -635,9 +634,6 @@ async def asyncpg_connect(url: str) -> Any:
 async def run(args: argparse.Namespace, server_url: str) -> list[str]:
     import awa_bridge
 
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     dbs = bw.Databases(server_url)
     out: list[str] = []
     try:
@@ -726,7 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     server = None
     url = args.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         server = start_embedded()
@@ -734,11 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = urlsplit(url)
     where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {parts.hostname or 'socket'}"
     began = time.perf_counter()
-    try:
-        out = asyncio.run(run(args, url))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        say("interrupted: workers stopped, databases dropped")
-        return 130
+    out = asyncio.run(run(args, url))  # Ctrl-C and SIGTERM: see bp.run_main
     analyzed = "ANALYZEd after each enqueue" if args.analyze else "never ANALYZEd (--no-analyze)"
     header = [
         f"# Scale benchmark ({where})",
@@ -757,4 +751,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bp.run_main(main)

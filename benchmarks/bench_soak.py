@@ -804,7 +804,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     server = None
     url = args.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         server = start_embedded()

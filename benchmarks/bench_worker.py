@@ -374,6 +374,8 @@ class Child:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self.log,
+            # Ctrl-C reaches the parent only, which stops its children itself (as bench_procs.Worker).
+            start_new_session=True,
         )
         await self.expect("READY", 60)
 
@@ -688,8 +690,8 @@ async def measure_latency(
     import asyncpg
 
     conn = await asyncpg.connect(url)
-    child = Child(system.name, url, concurrency)
     insert, close = await system.single_inserter(url)
+    child = Child(system.name, url, concurrency)
     inserts: list[float] = []
     try:
         await child.spawn()
@@ -1100,7 +1102,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
     server = None
     url = args.database_url
-    if not url:
+    if url:
+        bp.check_server(url)
+    else:
         from awa_bridge.embedded import start_embedded
 
         server = start_embedded()
@@ -1119,4 +1123,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main)

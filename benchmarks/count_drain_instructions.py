@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_procs as bp
 import bench_worker as bw
-from count_enqueue_instructions import callgrind, throwaway_database
+from count_enqueue_instructions import callgrind, check_sizes, throwaway_database
 
 from awa_bridge.worker.config import DEFAULT_CLAIM_BATCH
 
@@ -128,13 +128,13 @@ def main(argv: list[str] | None = None) -> None:
         config = json.loads(args.bridge_config)
         bp.run_on_its_loop(args.child, drain(args.child, args.database_url, args.jobs, config), config)
         return
+    check_sizes(parser, args)
+    bp.check_server(args.database_url)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
-    if args.large <= args.small:
-        parser.error("--large must be more than --small")
     with throwaway_database(args.database_url, f"awa_countdrain_{os.getpid()}") as url:
         count(args, url)
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: valgrind stopped, database dropped")

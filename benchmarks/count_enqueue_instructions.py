@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
+import bench_procs as bp
 import psycopg
 
 BARE = "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, $3) RETURNING id"
@@ -222,11 +224,22 @@ def callgrind(
     """
     command = [*run_as, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *program]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, stdin=stdin, capture_output=True, text=True, check=True, env=env)
-    found = re.search(r"Collected : ([\d,]+)", done.stderr)
+    # Its own process group, killed whole when this one is interrupted: behind ``runuser`` the program
+    # is a grandchild, which killing the child alone would leave running.
+    with subprocess.Popen(
+        command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    ) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command, out, err)
+    found = re.search(r"Collected : ([\d,]+)", err)
     if found is None:
-        raise RuntimeError(f"no instruction count from valgrind for {label!r}: {done.stderr[-500:]}")
-    return int(found.group(1).replace(",", "")), done.stdout
+        raise RuntimeError(f"no instruction count from valgrind for {label!r}: {err[-500:]}")
+    return int(found.group(1).replace(",", "")), out
 
 
 def instructions(url: str, case: str, calls: int) -> int:
@@ -241,9 +254,13 @@ def per_call(url: str, case: str, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="a migrated database")
-    parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--large", type=int, default=1100)
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL"),
+        help="a server to work beside: a throwaway database is created and migrated there, then dropped",
+    )
+    parser.add_argument("--small", type=int, default=100, help="calls in the shorter run (default 100)")
+    parser.add_argument("--large", type=int, default=1100, help="calls in the longer run (default 1100)")
     parser.add_argument("--only", default="", help="comma-separated substrings: count only the cases matching one")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
@@ -253,18 +270,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         run_case(args.database_url, args.child, args.calls)
         return
+    check_sizes(parser, args)
+    bp.check_server(args.database_url)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
     with throwaway_database(args.database_url, f"awa_count_{os.getpid()}") as url:
         count(args, url)
 
 
+def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--large`` more than ``--small``, at least 1: the counts differ by a positive number of calls."""
+    bp.require_positive(parser, args, "--small")
+    if args.large <= args.small:
+        parser.error("--large must be more than --small")
+
+
 @contextlib.contextmanager
 def throwaway_database(server_url: str, name: str) -> Iterator[str]:
     """Create database ``name`` on ``server_url``'s server, yield its URL, drop it (also after an error)."""
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     try:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
         yield urlunsplit(urlsplit(server_url)._replace(path="/" + name))
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
@@ -327,4 +353,4 @@ def count(args: argparse.Namespace, url: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: valgrind stopped, database dropped")

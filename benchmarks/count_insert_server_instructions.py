@@ -29,7 +29,8 @@ import socket
 import subprocess
 import tempfile
 
-from count_enqueue_instructions import callgrind
+import bench_procs as bp
+from count_enqueue_instructions import callgrind, check_sizes
 
 from awa_bridge.sql import QUERIES
 
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--small", type=int, default=500)
     parser.add_argument("--large", type=int, default=2500)
     args = parser.parse_args(argv)
+    check_sizes(parser, args)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
     bindir = args.bindir or subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
@@ -160,4 +162,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: cluster stopped and removed")

@@ -44,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_procs as bp
 import bench_worker as bw
 
 Call = Callable[[int], Awaitable[Any]]
@@ -229,11 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.database_url:
         parser.error("--database-url (or DATABASE_URL) is required")
-    try:
-        asyncio.run(run(args, args.database_url))
-    except KeyboardInterrupt:
-        print("interrupted: database dropped", file=sys.stderr)
+    bp.require_positive(parser, args, "-n", "--chunk")
+    bp.check_server(args.database_url)
+    asyncio.run(run(args, args.database_url))
 
 
 if __name__ == "__main__":
-    main()
+    bp.run_main(main, "interrupted: database dropped")

@@ -38,9 +38,9 @@ import count_enqueue_instructions  # noqa: E402
 from .conftest import count_rows  # noqa: E402
 
 
-def leftover_databases(server_url: str, pid: int) -> list[str]:
+def leftover_databases(server_url: str, pid: int, prefix: str = "awa_benchw") -> list[str]:
     with psycopg.connect(server_url, autocommit=True) as conn:
-        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"awa_benchw_{pid}_%",))
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}_{pid}_%",))
         return [r[0] for r in rows]
 
 
@@ -254,6 +254,115 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
     assert "interrupted: workers stopped, databases dropped" in err
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert leftover_databases(server_url, proc.pid) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "args", "prefix", "database"),
+    [
+        ("bench_worker.py", ("--systems", "awa_bridge", "--jobs", "20000", "--concurrency", "5"), "awa_benchw", ""),
+        ("bench_enqueue.py", ("--single", "100000", "--skip-bulk", "--no-sync-off"), "awa_bench", "awa_bridge"),
+    ],
+)
+def test_sigterm_stops_a_benchmark_and_drops_its_databases(
+    server_url: str, script: str, args: tuple[str, ...], prefix: str, database: str
+) -> None:
+    """A plain ``kill`` mid-run: every database dropped, every worker process stopped, one line, status 143."""
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / script), "--database-url", server_url, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        children: list[Any] = []
+        busy = False
+        while time.monotonic() < deadline and not busy:
+            time.sleep(0.1)
+            if script == "bench_worker.py":  # mid-drain: a worker child runs on a database of the run
+                children = [c for c in psutil.Process(proc.pid).children() if "--child" in c.cmdline()]
+                busy = bool(children and leftover_databases(server_url, proc.pid, prefix))
+            else:  # mid-enqueue: jobs in awa_bridge's database
+                busy = produced(bench_worker.with_dbname(server_url, f"{prefix}_{proc.pid}_{database}"))
+        assert busy, f"{script} never got going"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("interrupted: "), err[-2000:]
+    assert "dropped" in err.splitlines()[-1]
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert leftover_databases(server_url, proc.pid, prefix) == []
+
+
+UNREACHABLE = "postgresql://postgres:secret@127.0.0.1:1/postgres"
+
+
+def run_with_env_url(url: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` with ``DATABASE_URL`` set to ``url`` (every script takes it, with or without ``--database-url``)."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DATABASE_URL": url},
+    )
+
+
+@pytest.mark.parametrize("url", [UNREACHABLE, "notaurl"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "bench_admin_stats.py",
+        "bench_django_admin.py",
+        "bench_enqueue.py",
+        "bench_executor.py",
+        "bench_pressure.py",
+        "bench_scale.py",
+        "bench_soak.py",
+        "bench_worker.py",
+        "count_drain_instructions.py",
+        "count_enqueue_instructions.py",
+        "profile_single_enqueue.py",
+    ],
+)
+def test_a_server_that_cannot_be_reached_is_one_line_and_status_2(script: str, url: str) -> None:
+    done = run_with_env_url(url, script)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    shown = url.replace("secret", "***")
+    assert lines[0].startswith(f"{script}: cannot connect to {shown}: "), lines[0]
+    assert "secret" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "option"),
+    [
+        ("bench_admin_stats.py", ("--rows", "-1"), "--rows"),
+        ("bench_admin_stats.py", ("--runs", "0"), "--runs"),
+        ("bench_django_admin.py", ("--jobs", "-1"), "--jobs"),
+        ("bench_django_admin.py", ("--runs", "0"), "--runs"),
+        ("profile_single_enqueue.py", ("-n", "0"), "-n"),
+        ("profile_single_enqueue.py", ("-n", "-1"), "-n"),
+        ("count_enqueue_instructions.py", ("--small", "5", "--large", "5"), "--large"),
+        ("count_enqueue_instructions.py", ("--small", "0"), "--small"),
+        ("count_insert_server_instructions.py", ("--small", "5", "--large", "5"), "--large"),
+        ("count_insert_server_instructions.py", ("--small", "0"), "--small"),
+        ("count_drain_instructions.py", ("--small", "-1"), "--small"),
+        ("bench_executor.py", ("--jobs", "-1"), "--jobs"),
+        ("bench_executor.py", ("--rounds", "0"), "--rounds"),
+        ("bench_celery_limits.py", ("--tasks", "-1"), "--tasks"),
+    ],
+)
+def test_a_size_out_of_range_is_refused_before_anything_runs(script: str, args: tuple[str, ...], option: str) -> None:
+    done = run_with_env_url(UNREACHABLE, script, *args)  # no server is needed to refuse them
+    assert done.returncode == 2 and f"error: {option} must be" in done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.slow
