@@ -14,7 +14,6 @@ statements read, so every sequence is deterministic and a failing one shrinks to
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
@@ -46,6 +45,7 @@ from awa_bridge.worker.outcomes import COMPLETED, Cancel, Outcome, TerminalError
 from awa_bridge.worker.producer import claim_after
 
 from .dbutil import EMPTY_AWA_TABLES
+from .test_fencing import context
 
 _T = TypeVar("_T")
 FINISHED = frozenset({"completed", "failed", "cancelled"})
@@ -137,21 +137,7 @@ class JobProtocol(RuleBasedStateMachine):
             issued = self.leases[job_id]
             assert lease > max(issued, default=0), f"job {job_id}: lease {lease} after {issued}"
             issued.append(lease)
-            self.claimed[job_id, lease] = JobContext(
-                id=job_id,
-                kind=row["kind"],
-                queue="default",
-                args=None,
-                raw_args=json.loads(row["args"]),
-                attempt=row["attempt"],
-                max_attempts=row["max_attempts"],
-                priority=row["priority"],
-                metadata={},
-                tags=[],
-                run_lease=lease,
-                progress=None,
-                deadline_at=datetime.fromtimestamp(row["deadline_epoch"], UTC),
-            )
+            self.claimed[job_id, lease] = context(row)  # what its handler holds
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data())
