@@ -1,0 +1,224 @@
+"""R18, pool exhaustion: more worker slots than connections, and a server that refuses new ones.
+
+Scenario R18 of docs/reliability.md. A worker process runs transactional
+handlers (each holds a connection from the worker's handler pools for its
+whole run) next to plain ones. First with many more slots than those pools
+have connections; then with the server out of connections for the worker's
+role: idle connections fill the role's limit, the worker's handler backends
+are terminated, and every reconnect it tries is refused (SQLSTATE 53300, what
+a full ``max_connections`` gives) until the pressure goes. Throughput may
+drop; nothing may crash, hang or run twice, and it must come back.
+
+The limit is a role's ``CONNECTION LIMIT`` rather than the server's
+``max_connections``: the same refusal, but confined to the worker, so the
+test's own connections (and the rest of the suite's) keep working. The role
+is a member of the test's superuser role, so it can use every table, but is
+no superuser itself (superusers ignore connection limits).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import awa_bridge
+
+from .procs import Probe, Producer, Workers, scaled, unique_queue, wait_for
+
+pytestmark = pytest.mark.slow
+
+HANDLER_POOL_LIMIT = 20  # HandlerPools.size: at most 20 connections per pool, whatever the slots
+
+
+def enqueue(url: str, queue: str, kinds: list[str]) -> int:
+    with psycopg.connect(url) as conn:
+        jobs = [awa_bridge.prepare_job({"n": i}, kind=kind, queue=queue) for i, kind in enumerate(kinds)]
+        inserted = awa_bridge.insert_many_sync(conn, jobs).inserted
+        conn.commit()
+    return inserted
+
+
+def handler_backends(probe: Probe, role: str | None = None) -> int:
+    """The worker's handler-pool backends now open (of ``role`` when given)."""
+    where = "application_name = 'awa-handler' AND datname = current_database()"
+    if role is not None:
+        return int(probe.value(f"SELECT count(*) FROM pg_stat_activity WHERE {where} AND usename = %s", (role,)))
+    return int(probe.value(f"SELECT count(*) FROM pg_stat_activity WHERE {where}"))
+
+
+def test_more_slots_than_handler_connections_runs_everything_once(app_db: str, probe: Probe, workers: Workers) -> None:
+    """60 slots, 400 transactional jobs holding their connection 0-50 ms: the pools stay at their
+    limit, slots wait their turn for a connection, and every job runs once (no retry, no deadline)."""
+    queue = unique_queue()
+    kinds = ["tx_effect_async", "tx_effect"] * 200
+    count = enqueue(app_db, queue, kinds)
+    worker = workers.start(f"{queue}:60", env={"AWA_TX_MAX_SLEEP": "0.05"}).wait_started()
+
+    most = 0
+
+    def finished() -> bool:
+        nonlocal most
+        most = max(most, handler_backends(probe))
+        return probe.states(queue) == {"completed": count}
+
+    wait_for(finished, scaled(90), "every transactional job to complete", interval=0.02)
+    assert worker.alive()
+    # Two pools (async handlers on asyncpg, sync ones on psycopg), each capped; 60 slots wanted more.
+    assert most <= 2 * HANDLER_POOL_LIMIT, f"{most} handler connections open at once"
+    assert most > HANDLER_POOL_LIMIT // 2, f"only {most} handler connections: the slots never competed for them"
+    total, distinct = probe.rows("SELECT count(*), count(DISTINCT job_id) FROM t_effects")[0]
+    assert (total, distinct) == (count, count)
+    assert probe.value("SELECT max(attempt) FROM awa.jobs WHERE queue = %s", (queue,)) == 1
+    assert not worker.logged("Traceback"), worker.output
+    print(f"at most {most} handler connections for 60 slots")
+
+
+# -- the server refuses new connections -----------------------------------------------------
+
+
+@pytest.fixture
+def limited_role(app_db: str) -> Iterator[str]:
+    """A login role (no superuser) that can use the test database; dropped afterwards."""
+    role = f"awa_r18_{os.getpid()}"
+    with psycopg.connect(app_db, autocommit=True) as conn:
+        member_of = conn.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER INHERIT IN ROLE {}").format(
+                sql.Identifier(role), sql.Identifier(member_of)
+            )
+        )
+    try:
+        yield role
+    finally:
+        with psycopg.connect(app_db, autocommit=True) as conn:
+            # NOLOGIN first: a worker still running would reconnect as fast as its backends are cut.
+            conn.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(sql.Identifier(role)))
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            wait_for(
+                lambda: (
+                    conn.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)).fetchone() == (0,)
+                ),
+                10,
+                "the role's backends to go",
+            )
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def set_connection_limit(admin: psycopg.Connection[Any], role: str, limit: int) -> None:
+    """New connections of ``role`` beyond ``limit`` are refused (-1: no limit); open ones stay."""
+    admin.execute(sql.SQL("ALTER ROLE {} CONNECTION LIMIT {}").format(sql.Identifier(role), sql.Literal(limit)))
+
+
+def as_role(url: str, role: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+
+
+def completed_since(probe: Probe, queue: str, since: Any) -> int:
+    return int(
+        probe.value(
+            "SELECT count(*) FROM awa.jobs WHERE queue = %s AND state = 'completed' AND finalized_at >= %s",
+            (queue, since),
+        )
+    )
+
+
+def rate_over(probe: Probe, queue: str, seconds: float) -> float:
+    """Jobs completed per second over the next ``seconds``."""
+    start = probe.now()
+    time.sleep(seconds)
+    return completed_since(probe, queue, start) / seconds
+
+
+def backlog(probe: Probe, queue: str) -> int:
+    """Jobs of ``queue`` waiting to run (now or after a retry's backoff)."""
+    return int(
+        probe.value(
+            "SELECT count(*) FROM awa.jobs WHERE queue = %s AND state IN ('available', 'retryable', 'scheduled')",
+            (queue,),
+        )
+    )
+
+
+def test_server_out_of_connections_degrades_then_recovers(
+    app_db: str, probe: Probe, workers: Workers, limited_role: str
+) -> None:
+    """A producer at 40 jobs/s (plain and transactional); the worker's role runs out of connections
+    for 6 s, its handler backends cut; then the pressure goes.
+
+    During: the worker stays up, and whatever it cannot connect for is retried, not lost. After:
+    it handles the producer's rate again (at least 90 % of the baseline), every job completes, and
+    each transactional effect exists exactly once."""
+    queue = unique_queue()
+    role = limited_role
+    role_url = as_role(app_db, role)
+    worker = workers.start(f"{queue}:8", url=role_url, env={"AWA_TX_MAX_SLEEP": "0.01"}).wait_started()
+    producer = Producer(app_db, queue, kinds=["ledger", "tx_effect_async", "tx_effect"], rate=40, duration=30)
+    producer.start()
+    fillers: list[psycopg.Connection[Any]] = []
+    try:
+        wait_for(lambda: handler_backends(probe, role) >= 2, scaled(15), "both handler pools to open")
+        baseline = rate_over(probe, queue, 4)
+        assert baseline > 30, f"baseline {baseline:.1f} jobs/s for a producer at 40/s"
+
+        # Pressure: 50 idle connections of the role, then its limit set at what it will have once
+        # the worker's own backends are cut, so that none of them can come back; then they are cut.
+        fillers = [psycopg.connect(role_url, autocommit=True, application_name="r18-idle") for _ in range(50)]
+        with psycopg.connect(app_db, autocommit=True) as admin:
+            others = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND application_name NOT LIKE 'awa-%%'",
+                (role,),
+            ).fetchone()[0]  # type: ignore[index]
+            set_connection_limit(admin, role, others)
+            cut = admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE usename = %s AND application_name LIKE 'awa-%%'",
+                (role,),
+            ).fetchone()[0]  # type: ignore[index]
+        assert cut >= 4, f"only {cut} of the worker's backends were cut"
+        with pytest.raises(psycopg.OperationalError, match="too many connections"):
+            psycopg.connect(role_url)
+        during = rate_over(probe, queue, 6)
+        assert worker.alive(), worker.output
+
+        # The pressure goes.
+        for conn in fillers:
+            conn.close()
+        fillers = []
+        with psycopg.connect(app_db, autocommit=True) as admin:
+            set_connection_limit(admin, role, -1)
+        # Back to the producer's rate: first the backlog of the jobs that waited, then a steady window.
+        wait_for(lambda: backlog(probe, queue) <= 40, scaled(30), "the backlog of the pressure to drain")
+        after = rate_over(probe, queue, 4)
+        assert after >= 0.9 * baseline, f"{after:.1f} jobs/s after the pressure, {baseline:.1f} before"
+        ids = producer.finish()
+    finally:
+        producer.stop()
+        for conn in fillers:
+            conn.close()
+    wait_for(lambda: probe.states(queue) == {"completed": len(ids)}, scaled(60), "every job to complete")
+    assert worker.alive(), worker.output
+    transactional = probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND kind LIKE 'tx_effect%%'", (queue,))
+    total, distinct = probe.rows(
+        "SELECT count(*), count(DISTINCT e.job_id) FROM t_effects e JOIN awa.jobs j ON j.id = e.job_id "
+        "WHERE j.queue = %s",
+        (queue,),
+    )[0]
+    assert (total, distinct) == (transactional, transactional)
+    # The refusals reached the worker (its reconnects were refused, and it said so), yet it stops cleanly.
+    assert worker.logged("too many connections"), worker.output
+    assert not worker.logged(" ERROR ") and not worker.logged(" CRITICAL "), worker.output  # nothing unhandled
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.output
+    retried = probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND attempt > 1", (queue,))
+    print(f"baseline {baseline:.1f} jobs/s, during {during:.1f}, after {after:.1f}; {retried} of {len(ids)} retried")
