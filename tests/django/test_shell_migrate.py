@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,3 +131,58 @@ def test_the_shop_example_migrates_from_the_shell(make_database: Callable[[], st
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert ledger(url) == ALL_FILES
+
+
+MIGRATION_LOCK = 7235104991187720551  # queries.sql, migration_lock: the key both runners wait on
+
+
+def test_r8_manage_py_migrate_racing_a_bridge_migrate_converges(make_database: Callable[[], str]) -> None:
+    """R8: ``manage.py migrate`` and ``python -m awa_bridge migrate`` on one fresh database at once.
+
+    The test holds the migration lock until both processes wait on it, then lets them go together:
+    both succeed, each shared file is applied once (one ledger row each), Django records every
+    awa_django migration, and a second run of either has nothing to do."""
+    url = make_database()
+    environ = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    django_env = {**environ, "AWA_TEST_DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.django.project.settings"}
+    commands = [
+        ([sys.executable, "-m", "django", "migrate"], django_env),
+        ([sys.executable, "-m", "awa_bridge", "migrate", "--database-url", url], environ),
+    ]
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        procs = [
+            subprocess.Popen(
+                command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True,
+            )
+            for command, env in commands
+        ]  # fmt: skip
+        try:
+            waiting = 0
+            for _ in range(600):  # both blocked on the lock (Django after its own apps' migrations)
+                waiting = holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                ).fetchone()[0]  # type: ignore[index]
+                if waiting == 2 or any(proc.poll() is not None for proc in procs):
+                    break
+                time.sleep(0.1)
+            assert waiting == 2, [proc.poll() for proc in procs]
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    django_out, bridge_out = outputs
+    assert "Applying awa_django.0001_v001_schema... OK" in django_out
+    assert bridge_out.startswith(("applied", "nothing to apply")), bridge_out
+    assert ledger(url) == ALL_FILES
+    with psycopg.connect(url) as conn:
+        recorded = conn.execute("SELECT count(*) FROM django_migrations WHERE app = 'awa_django'").fetchone()[0]  # type: ignore[index]
+    assert recorded == len(ALL_FILES)
+    assert "No migrations to apply" in ok(manage(url, "migrate"))
+    assert "awa_django" not in ok(manage(url, "check", "--database", "default"))
+    again = subprocess.run(
+        commands[1][0], cwd=REPO, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0 and "nothing to apply" in again.stdout, again
