@@ -53,7 +53,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -297,9 +296,10 @@ async def sql_limit(url: str, n: int, connections: int, batch: int) -> float:
     """Jobs/s of the SQL-only claim + complete loop over ``n`` queued jobs."""
     import asyncpg
 
-    # Planned once, as the worker's own pool plans its statements (generic plans).
-    settings = {"plan_cache_mode": "force_generic_plan"}
-    conns = [await asyncpg.connect(url, server_settings=settings) for _ in range(connections)]
+    from awa_bridge.drivers.connect import OWN_STATEMENT_SETTINGS
+
+    # Planned as the worker's own pool plans its statements (generic plans, no sorts).
+    conns = [await asyncpg.connect(url, server_settings=OWN_STATEMENT_SETTINGS) for _ in range(connections)]
     try:
         remaining = int(await conns[0].fetchval(REMAINING_SQL, bp.QUEUE))
         if remaining != n:
@@ -720,17 +720,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = None
-    url = args.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        server = start_embedded()
-        url = server.get_uri("postgres")
-    parts = urlsplit(url)
-    where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {parts.hostname or 'socket'}"
+    url, server, where = bp.server(args.database_url)
     began = time.perf_counter()
     out = asyncio.run(run(args, url))  # Ctrl-C and SIGTERM: see bp.run_main
     analyzed = "ANALYZEd after each enqueue" if args.analyze else "never ANALYZEd (--no-analyze)"

@@ -1,19 +1,27 @@
 """The worker's pool runs generic plans: each of its statements must have a good one.
 
-The runtime's pool sets ``plan_cache_mode = force_generic_plan``
-(``drivers.connect.create_pool(generic_plans=True)``): its statements are
-planned once per connection instead of at every execution. A generic plan
-does not know the parameters' values, so a statement written carelessly (a
-``LIMIT`` parameter, a join on a CTE of unknown size) can get a plan that scans
-the whole table where the custom plan would read a few rows. This reads the
-generic plan of every statement that pool runs on a table of 200,000 jobs,
-twice: once with statistics, and once as a bulk load leaves it before
+The runtime's pool sets ``plan_cache_mode = force_generic_plan`` and
+``enable_sort = off`` (``drivers.connect.OWN_STATEMENT_SETTINGS``): its
+statements are planned once per connection instead of at every execution. A
+generic plan does not know the parameters' values, so a statement written
+carelessly (a ``LIMIT`` parameter, a join on a CTE of unknown size) can get a
+plan that scans the whole table where the custom plan would read a few rows.
+
+This reads the generic plan of every statement that pool runs, on four tables:
+200,000 jobs with statistics; the same as a bulk load leaves them before
 autovacuum's first ANALYZE (or forever, on a server with autovacuum off),
-where the planner guesses every selectivity. It refuses any plan that reads
-``awa.jobs`` other than through an index condition on the index's leading
-column or row addresses: an index condition on a later column (the claim's
-``id = ANY(...)`` through jobs_dispatch_idx, whose leading column is
-``queue``) reads the whole index, every available job, at every execution.
+where the planner guesses every selectivity; one queue's backlog of 50,000,
+bulk-loaded and never analyzed; and 200,000 jobs whose statistics were taken
+while every job was finished, the available half having come since (a burst
+after a quiet ANALYZE), so the planner believes hardly any job is available.
+
+It refuses any plan that reads ``awa.jobs`` other than through an index
+condition on the index's leading column or row addresses: an index condition
+on a later column (the claim's ``id = ANY(...)`` through jobs_dispatch_idx,
+whose leading column is ``queue``) reads the whole index, every available job,
+at every execution. And the claim must read its candidates in dispatch order,
+with no sort: on the backlog it sorted every available job of the queue at
+every claim until the pool set ``enable_sort = off``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from awa_bridge.drivers.connect import OWN_STATEMENT_SETTINGS
 from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
 
@@ -107,14 +116,40 @@ FILL_JOBS = (
 )
 
 
-@pytest.fixture(scope="module", params=["analyzed", "never analyzed"])
+# Statistics of a quiet moment (every job finished), then the available half arrives: stale ones.
+FINISH_ALL = "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE state = 'available'"
+REOPEN_HALF = "UPDATE awa.jobs SET state = 'available', finalized_at = NULL WHERE id % 2 = 0"
+
+
+# One queue's backlog, bulk-loaded into an empty table (never analyzed): with the selectivities
+# guessed, the claim's two ways to its candidates cost the same, and without enable_sort = off the
+# planner sorted every available job of the queue at every claim.
+LOAD_BACKLOG = "INSERT INTO awa.jobs (kind, queue, args) SELECT 'k', 'q', '{}' FROM generate_series(1, 50000)"
+
+
+@pytest.fixture(
+    scope="module", params=["analyzed", "never analyzed", "a backlog never analyzed", "analyzed before a burst"]
+)
 def big(request: pytest.FixtureRequest, server_url: str) -> Iterator[str]:
-    """A throwaway database whose awa.jobs holds 200,000 jobs, with statistics or without any."""
+    """A throwaway database whose awa.jobs holds 200,000 jobs, with statistics or without any; or
+    one queue's backlog of 50,000 without statistics; or 200,000 jobs with statistics that say no
+    job is available when half of them are."""
     url = create_database(server_url, prefix="awa_plans")
     try:
         migrate(url)
-        with psycopg.connect(url, autocommit=True) as conn, statistics(conn, ["awa.jobs"], request.param == "analyzed"):
-            conn.execute(FILL_JOBS)
+        with psycopg.connect(url, autocommit=True) as conn:
+            if request.param == "a backlog never analyzed":
+                with statistics(conn, ["awa.jobs"], False):
+                    conn.execute(LOAD_BACKLOG)
+            elif request.param == "analyzed before a burst":
+                conn.execute("ALTER TABLE awa.jobs SET (autovacuum_enabled = false)")  # keep them stale
+                conn.execute(FILL_JOBS)
+                conn.execute(FINISH_ALL)
+                conn.execute("ANALYZE awa.jobs")
+                conn.execute(REOPEN_HALF)
+            else:
+                with statistics(conn, ["awa.jobs"], request.param == "analyzed"):
+                    conn.execute(FILL_JOBS)
         yield url
     finally:
         drop_database(server_url, url)
@@ -127,6 +162,12 @@ def leading_columns(conn: psycopg.Connection[Any]) -> dict[str, str]:
         " JOIN pg_class AS c ON c.oid = i.indexrelid WHERE i.indrelid = 'awa.jobs'::regclass"
     ).fetchall()
     return {name: column for name, column in rows}
+
+
+def as_the_pool_plans(conn: psycopg.Connection[Any]) -> None:
+    """The session settings of the runtime's pool."""
+    for setting, value in OWN_STATEMENT_SETTINGS.items():
+        conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(setting), sql.Literal(value)))
 
 
 def generic_plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -170,9 +211,28 @@ def reads_a_few_rows(scan: dict[str, Any], leading: dict[str, str]) -> bool:
 @pytest.mark.parametrize("name", sorted(WORKER_POOL_STATEMENTS))
 def test_generic_plan_reads_jobs_through_an_index(big: str, name: str) -> None:
     with psycopg.connect(big) as conn:
-        conn.execute("SET plan_cache_mode = force_generic_plan")
+        as_the_pool_plans(conn)
         leading = leading_columns(conn)
         plan = generic_plan(conn, name, WORKER_POOL_STATEMENTS[name])
         conn.rollback()
     bad = [scan["Node Type"] for scan in scans_of_jobs(plan) if not reads_a_few_rows(scan, leading)]
     assert bad == [], json.dumps(plan, indent=1)
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def test_the_claim_reads_its_candidates_in_dispatch_order(big: str) -> None:
+    """No sort in the claim's plan, whatever the statistics say: its candidates come from
+    jobs_dispatch_idx in dispatch order, a LIMIT's worth of entries, not every available job of the
+    queue sorted at every claim (what the plan was on statistics taken before a burst)."""
+    with psycopg.connect(big) as conn:
+        as_the_pool_plans(conn)
+        plan = generic_plan(conn, "claim_jobs", WORKER_POOL_STATEMENTS["claim_jobs"])
+        conn.rollback()
+    assert [node for node in nodes(plan) if node["Node Type"] == "Sort"] == [], json.dumps(plan, indent=1)
+    candidates = [node.get("Index Name") for node in scans_of_jobs(plan) if node.get("Parent Relationship") != "Member"]
+    assert "jobs_dispatch_idx" in candidates, json.dumps(plan, indent=1)

@@ -64,6 +64,22 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
     return PsycopgSync(psycopg.connect(url, autocommit=autocommit, **extra))
 
 
+# The session settings of the worker's own pool (claims, completions, progress), which runs only
+# this package's statements:
+# * plan_cache_mode: each prepared statement is planned once, not at every execution. PostgreSQL
+#   would otherwise re-plan the claim at every execution (its LIMIT is a parameter, which a generic
+#   plan costs as a tenth of the table): about a tenth of the server's work per job in a drain.
+# * enable_sort = off: the claim must read its candidates in dispatch order from jobs_dispatch_idx,
+#   a LIMIT's worth of index entries. When the statistics say that hardly any job is available
+#   (taken while the queue was empty, and a burst arrived since: autovacuum re-analyzes a table of
+#   ten million retained jobs only after a million changes), both ways of reading the candidates
+#   cost about the same to the planner, and it chose jobs_queue_state_idx and a sort of every
+#   available job of the queue, at every claim: a 50,000-job backlog drained at 1,000 jobs/s
+#   instead of 8,000. None of the pool's statements needs a sort that an index cannot give; one
+#   that did would still sort (the setting makes a sort a last resort, not impossible).
+OWN_STATEMENT_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_sort": "off"}
+
+
 async def create_pool(
     url: str,
     *,
@@ -71,7 +87,7 @@ async def create_pool(
     max_size: int,
     application_name: str | None = None,
     keep_session: bool = False,
-    generic_plans: bool = False,
+    own_statements: bool = False,
 ) -> AsyncpgPool:
     """An asyncpg pool; ``keep_session=True`` skips asyncpg's reset on release.
 
@@ -80,14 +96,10 @@ async def create_pool(
     transaction left open, and skipping its default reset (RESET ALL, UNLISTEN
     *, ...) saves a round trip on every release.
 
-    ``generic_plans=True`` sets ``plan_cache_mode = force_generic_plan`` on its
-    connections: each prepared statement is planned once, not at every
-    execution. Only for pools that run this package's own statements, each
-    written so that its generic plan is as good as a custom one
-    (tests/test_worker_plans.py reads them). PostgreSQL would otherwise re-plan
-    the claim at every execution (its ``LIMIT`` is a parameter, which a
-    generic plan costs as a tenth of the table): about a tenth of the server's
-    work per job in a drain.
+    ``own_statements=True`` gives its connections ``OWN_STATEMENT_SETTINGS``. Only
+    for pools that run this package's own statements, each written so that its
+    generic plan is as good as a custom one (tests/test_worker_plans.py reads
+    them).
     """
     import asyncpg
 
@@ -97,8 +109,8 @@ async def create_pool(
     settings: dict[str, str] = {}
     if application_name:
         settings["application_name"] = application_name
-    if generic_plans:
-        settings["plan_cache_mode"] = "force_generic_plan"
+    if own_statements:
+        settings.update(OWN_STATEMENT_SETTINGS)
     if settings:
         options["server_settings"] = settings
     if keep_session:

@@ -1573,7 +1573,10 @@ SET priority = aged.effective,
     metadata = CASE WHEN j.metadata ? '_awa_original_priority' THEN j.metadata
                     ELSE j.metadata || jsonb_build_object('_awa_original_priority', aged.original) END
 FROM aged
-WHERE j.id = aged.id AND j.state = 'available' AND aged.effective < j.priority
+-- state::text, as the claim's re-check: compared as the enum it matches jobs_dispatch_idx's
+-- predicate, and on statistics that say hardly any job is available the join read that whole
+-- index (every available job of every queue) instead of the primary key.
+WHERE j.id = aged.id AND j.state::text = 'available' AND aged.effective < j.priority
 RETURNING j.id
 
 -- ---------------------------------------------------------------------------

@@ -144,7 +144,7 @@ class Runtime:
             max_size=size,
             application_name="awa-worker",
             keep_session=True,
-            generic_plans=True,  # every statement it runs is ours, planned once (see create_pool)
+            own_statements=True,  # every statement it runs is ours: planned once, no sorts (see create_pool)
         )
         try:
             async with self.pool.acquire() as db:
