@@ -1164,16 +1164,7 @@ def main(argv: list[str] | None = None) -> int:
     global SINGLE_IN_TRANSACTION
     args = parse_args(argv)
     SINGLE_IN_TRANSACTION = not args.autocommit
-    server = None
-    url = args.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        print("no --database-url / DATABASE_URL: starting an embedded PostgreSQL", file=sys.stderr)
-        server = start_embedded()
-        url = server.get_uri("postgres")
+    url, server, _ = bp.server(args.database_url)
     if args.uvloop:
         uvloop = _maybe_import("uvloop")
         if uvloop is None:

@@ -43,7 +43,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -301,16 +300,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = None
-    url = args.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        server = start_embedded()
-        url = server.get_uri("postgres")
-    where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {urlsplit(url).hostname or 'socket'}"
+    url, _embedded, where = bp.server(args.database_url)  # kept referenced: it stops with the process
     report = [
         "## awa_bridge under pressure (R31)",
         "",

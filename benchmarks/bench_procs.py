@@ -269,6 +269,26 @@ def check_server(url: str) -> None:
         sys.exit(2)
 
 
+def server(url: str | None) -> tuple[str, Any, str]:
+    """The server a benchmark runs on: ``(url, embedded, where)``.
+
+    With a URL, the URL once a connection to it opens (else one line and exit 2,
+    ``check_server``) and ``embedded`` None. Without one, an embedded PostgreSQL
+    started for this run, which stops (its data deleted) when the process exits:
+    the caller keeps ``embedded`` referenced until then. ``where`` names the
+    server for the report's heading.
+    """
+    if url:
+        check_server(url)
+        parts = urlsplit(url)
+        return url, None, f"PostgreSQL at {parts.hostname or 'socket'}:{parts.port or 5432}"
+    from awa_bridge.embedded import start_embedded
+
+    print("no --database-url / DATABASE_URL: starting an embedded PostgreSQL", file=sys.stderr)
+    embedded = start_embedded()
+    return embedded.get_uri("postgres"), embedded, "embedded PostgreSQL"
+
+
 # -- parent side ----------------------------------------------------------------------
 
 

@@ -43,7 +43,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -802,17 +801,7 @@ async def server_setting(url: str, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = None
-    url = args.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        server = start_embedded()
-        url = server.get_uri("postgres")
-    parts = urlsplit(url)
-    where = "embedded PostgreSQL" if server is not None else f"PostgreSQL at {parts.hostname or 'socket'}"
+    url, _embedded, where = bp.server(args.database_url)  # kept referenced: it stops with the process
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
     outcomes: list[Outcome] = []
     notes: list[str] = []

@@ -1100,21 +1100,7 @@ def main(argv: list[str] | None = None) -> None:
         os.makedirs(args.profile, exist_ok=True)
         os.environ["BENCH_WORKER_PROFILE"] = os.path.abspath(args.profile)
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
-    server = None
-    url = args.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        server = start_embedded()
-        url = server.get_uri("postgres")
-    parts = urlsplit(url)
-    where = (
-        "embedded PostgreSQL"
-        if server is not None
-        else f"PostgreSQL at {parts.hostname or 'socket'}:{parts.port or 5432}"
-    )
+    url, server, where = bp.server(args.database_url)
     began = time.perf_counter()
     results, notes, systems = asyncio.run(run(args, url))
     print(report(args, where, results, notes, systems))
