@@ -186,16 +186,23 @@ def test_claim_sql_uses_a_cte_fence_and_rechecks_state() -> None:
     assert "ORDER BY priority, run_at, id" in sql
 
 
-def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str) -> None:
-    """8 claimers (asyncpg and psycopg) race over 1000 jobs with LIMIT k."""
-    n, k = 1000, 7
+@pytest.mark.parametrize(
+    ("n", "claimers", "k"),
+    [
+        (1000, 8, 7),
+        pytest.param(10_000, 16, 7, marks=pytest.mark.slow, id="r6-size"),
+    ],
+)
+def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str, n: int, claimers: int, k: int) -> None:
+    """``claimers`` claimers (asyncpg and psycopg, half each) race over ``n`` jobs with LIMIT k: a
+    quick size, and R6's 10,000 jobs and 16 claimers."""
     with psycopg.connect(db_url) as pg:
         awa_bridge.insert_many_sync(pg, [{"i": i} for i in range(n)], kind="race")
         pg.commit()
     results: list[tuple[int, int, int]] = []
     oversized: list[int] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(claimers)
     q = QUERIES["claim_jobs"]
     params = {"queue": "default", "limit": k, "deadline_seconds": 300.0, **CLAIMER}
 
@@ -221,11 +228,12 @@ def test_r5_r6_concurrent_claimers_never_double_claim(db_url: str) -> None:
 
         asyncio.run(run())
 
-    threads = [threading.Thread(target=psycopg_claimer if i % 2 else asyncpg_claimer) for i in range(8)]
+    threads = [threading.Thread(target=psycopg_claimer if i % 2 else asyncpg_claimer) for i in range(claimers)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a claimer was still claiming after 300 s"
     assert oversized == []
     assert len(results) == n
     assert len({(job_id, lease) for job_id, lease, _ in results}) == n

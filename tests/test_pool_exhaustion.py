@@ -171,9 +171,9 @@ def test_server_out_of_connections_degrades_then_recovers(
         baseline = rate_over(probe, queue, 4)
         assert baseline > 30, f"baseline {baseline:.1f} jobs/s for a producer at 40/s"
 
-        # Pressure: 50 idle connections of the role, then its limit set at what it will have once
+        # Pressure: 20 idle connections of the role, then its limit set at what it will have once
         # the worker's own backends are cut, so that none of them can come back; then they are cut.
-        fillers = [psycopg.connect(role_url, autocommit=True, application_name="r18-idle") for _ in range(50)]
+        fillers = [psycopg.connect(role_url, autocommit=True, application_name="r18-idle") for _ in range(20)]
         with psycopg.connect(app_db, autocommit=True) as admin:
             others = admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND application_name NOT LIKE 'awa-%%'",

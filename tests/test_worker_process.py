@@ -337,6 +337,37 @@ def test_two_worker_processes_run_every_job_exactly_once(app_db: str, probe: Pro
     )
 
 
+@pytest.mark.slow
+def test_two_worker_processes_claim_100000_jobs_once_each(app_db: str, probe: Probe, workers: Workers) -> None:
+    """R5 at its full size: 100,000 no-op jobs, two workers of 16 slots, no faults.
+
+    Too many for a ledger row (a commit) per job; the rows say it instead: every job completed at
+    attempt 1 under lease 1 (a second claim would have raised both), and the claim records
+    (``awa.job_claims``, one per claim statement, naming its worker) hold each job exactly once,
+    from both workers."""
+    n = 100_000
+    queue = unique_queue()
+    w0 = workers.start(f"{queue}:16", name="w0")
+    w1 = workers.start(f"{queue}:16", name="w1")
+    w0.wait_started()
+    w1.wait_started()
+    with psycopg.connect(app_db) as conn:
+        awa_bridge.insert_many_sync(conn, [{"n": i} for i in range(n)], kind="noop", queue=queue)
+        conn.commit()
+    wait_for(lambda: probe.states(queue).get("completed") == n, 300, f"{n:,} completions", interval=0.5)
+
+    assert probe.states(queue) == {"completed": n}
+    assert (
+        probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND (attempt, run_lease) <> (1, 1)", (queue,)) == 0
+    )
+    claimed, distinct, claimers = probe.rows(
+        "SELECT count(*), count(DISTINCT j.id), count(DISTINCT c.worker) "
+        "FROM awa.job_claims c, unnest(c.job_ids) AS j(id)"
+    )[0]
+    assert (claimed, distinct) == (n, n)
+    assert claimers == 2, "both workers should have taken part"
+
+
 # -- H. maintenance leader ---------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ Job kinds ("roles"); every execution records one row in
 connection before the handler goes on:
 
 - ``ledger``: record and return.
+- ``noop`` (async): nothing, not even a ledger row (the job's own row is the record).
 - ``hang``: record, then wait until ``job.cancelled`` (deadline or drain
   timeout) while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` (default 2);
   from that attempt on it records and completes, so a successor can finish
@@ -137,6 +138,11 @@ async def record_async(job: Any) -> None:
 @client.task("ledger")
 def ledger(job: Any) -> None:
     record(job)
+
+
+@client.task("noop")
+async def noop(job: Any) -> None:
+    """Nothing: for runs too large for a ledger row (a commit) per job; the job rows say what ran."""
 
 
 @client.task("gc_state")
