@@ -191,15 +191,7 @@ def main() -> int:
     ns = parser.parse_args()
     bp.require_positive(parser, ns, "--rows", "--runs")
 
-    server = None
-    url = ns.database_url
-    if url:
-        bp.check_server(url)
-    else:
-        from awa_bridge.embedded import start_embedded
-
-        server = start_embedded()
-        url = server.get_uri("postgres")
+    url, embedded, _ = bp.server(ns.database_url)
     name = f"awa_bench_stats_{uuid.uuid4().hex[:8]}"
     db = with_dbname(url, name)
     try:
@@ -225,8 +217,8 @@ def main() -> int:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if server is not None:
-            server.cleanup()
+        if embedded is not None:
+            embedded.cleanup()
     return 0
 
 

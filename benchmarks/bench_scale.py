@@ -298,7 +298,8 @@ async def sql_limit(url: str, n: int, connections: int, batch: int) -> float:
 
     from awa_bridge.drivers.connect import OWN_STATEMENT_SETTINGS
 
-    # Planned as the worker's own pool plans its statements (generic plans, no sorts).
+    # Planned as the worker's own pool plans its statements (generic plans, a sort only where there is
+    # no other way, as in this loop's `last`, and no JIT).
     conns = [await asyncpg.connect(url, server_settings=OWN_STATEMENT_SETTINGS) for _ in range(connections)]
     try:
         remaining = int(await conns[0].fetchval(REMAINING_SQL, bp.QUEUE))

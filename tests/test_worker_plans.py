@@ -225,7 +225,7 @@ def test_generic_plan_reads_jobs_through_an_index(big: str, name: str) -> None:
     assert bad == [], json.dumps(plan, indent=1)
     # The pool plans with enable_sort = off; a statement that still sorts had no other way, and
     # before PostgreSQL 18 its plan would cost 10^10 (JIT-compiled at every execution, without jit = off).
-    assert [node for node in nodes(plan) if node["Node Type"] == "Sort"] == [], json.dumps(plan, indent=1)
+    assert [node for node in nodes(plan) if "Sort" in node["Node Type"]] == [], json.dumps(plan, indent=1)
 
 
 def test_the_claim_reads_its_candidates_in_dispatch_order(big: str) -> None:
@@ -236,6 +236,5 @@ def test_the_claim_reads_its_candidates_in_dispatch_order(big: str) -> None:
         as_the_pool_plans(conn)
         plan = generic_plan(conn, "claim_jobs", WORKER_POOL_STATEMENTS["claim_jobs"])
         conn.rollback()
-    assert [node for node in nodes(plan) if node["Node Type"] == "Sort"] == [], json.dumps(plan, indent=1)
-    candidates = [node.get("Index Name") for node in scans_of_jobs(plan) if node.get("Parent Relationship") != "Member"]
-    assert "jobs_dispatch_idx" in candidates, json.dumps(plan, indent=1)
+    assert [node for node in nodes(plan) if "Sort" in node["Node Type"]] == [], json.dumps(plan, indent=1)
+    assert "jobs_dispatch_idx" in [node.get("Index Name") for node in scans_of_jobs(plan)], json.dumps(plan, indent=1)

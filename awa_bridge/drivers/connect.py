@@ -70,17 +70,18 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
 #   would otherwise re-plan the claim at every execution (its LIMIT is a parameter, which a generic
 #   plan costs as a tenth of the table): about a tenth of the server's work per job in a drain.
 # * enable_sort = off: the claim must read its candidates in dispatch order from jobs_dispatch_idx,
-#   a LIMIT's worth of index entries. When the statistics say that hardly any job is available
-#   (taken while the queue was empty, and a burst arrived since: autovacuum re-analyzes a table of
-#   ten million retained jobs only after a million changes), both ways of reading the candidates
-#   cost about the same to the planner, and it chose jobs_queue_state_idx and a sort of every
-#   available job of the queue, at every claim: a 50,000-job backlog drained at 1,000 jobs/s
-#   instead of 8,000. None of the pool's statements needs a sort that an index cannot give; one
-#   that did would still sort (the setting makes a sort a last resort, not impossible).
+#   a LIMIT's worth of index entries. When the statistics are guessed (a backlog bulk-loaded before
+#   any ANALYZE) or say that hardly any job is available (taken while the queue was empty, a burst
+#   since: autovacuum re-analyzes a table of ten million retained jobs only after a million
+#   changes), both ways of reading the candidates cost about the same to the planner, and it chose
+#   jobs_queue_state_idx and a sort of every available job of the queue, at every claim: a
+#   200,000-job backlog on 16 slots drained at 606 jobs/s instead of 8,570 (benchmarks/README.md,
+#   2026-12-06). None of the pool's statements needs a sort that an index cannot give; one that
+#   did would still sort (the setting makes a sort a last resort, not impossible).
 # * jit = off: every statement of the pool reads or writes a few rows, which compiling costs more
 #   than it saves; and before PostgreSQL 18 a disabled sort counts 10^10 in a plan's cost, so a
 #   statement that had to sort would be compiled (and optimised) at every execution (a benchmark
-#   loop whose claim sorted its last row ran at 1,500 jobs/s instead of 50,000).
+#   loop whose claim sorted its last row ran at 1,515 jobs/s instead of 34,309).
 OWN_STATEMENT_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_sort": "off", "jit": "off"}
 
 

@@ -22,8 +22,9 @@ def is_transient(exc: BaseException) -> bool:
     if module.startswith("asyncpg") and ("Connection" in name or "Interface" in name or name in _ASYNCPG_LOST):
         return True
     state = sqlstate_of(exc)
-    # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend).
-    return state is not None and (state.startswith("08") or state.startswith("57P") or state == "40001")
+    # Class 08: connection exceptions; 57P: operator intervention (shutdown, terminated backend);
+    # 53300: too many connections (the server's max_connections or a role's or database's limit).
+    return state is not None and (state.startswith("08") or state.startswith("57P") or state in ("40001", "53300"))
 
 
 def is_operational(exc: BaseException) -> bool:

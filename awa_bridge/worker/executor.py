@@ -107,7 +107,12 @@ def not_started(ex: Executor, ctx: JobContext, reason: str) -> Outcome | None:
         log.info("job %s: attempt %s was superseded before its handler started; not running it", ctx.id, ctx.attempt)
         ex.completer.abandon(ctx)
         return None
-    log.warning("job %s: attempt %s reached its deadline before a handler slot was free; released", ctx.id, ctx.attempt)
+    log.warning(
+        "job %s: attempt %s reached its deadline before its handler could start (no slot or no connection"
+        " was free in time); released",
+        ctx.id,
+        ctx.attempt,
+    )
     return Outcome("available", refund=True, label="released")
 
 
@@ -302,6 +307,9 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
         return
     tx_pool = await ex.pools.transaction_pool()
     async with tx_pool.acquire() as db:
+        # The wait for a connection (more slots than the pool has) may have outlasted the deadline,
+        # whose timer had no handler to cancel then: such an attempt does not start.
+        check_start_on_loop(ctx)
         outcome: Outcome | None = None
         try:
             async with db.transaction():
@@ -371,6 +379,7 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     outcome: Outcome | None = None
     try:
         with begin() as conn:
+            check_start(ctx)  # again: the wait for a connection may have outlasted the deadline
             ctx.conn = conn
             try:
                 result = handler.fn(ctx)
@@ -388,6 +397,8 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
         call_from_thread(ex.loop, ex.completer.report, ctx, outcome or Outcome("completed"), False)
         return
+    except NotStarted:
+        raise
     except Exception as exc:
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         if not is_operational(exc):

@@ -23,11 +23,15 @@ if TYPE_CHECKING:
     from ..drivers.psycopg import PsycopgPool
 
 
+#: Connections per handler pool at most, whatever the slots: more slots wait for one.
+MAX_HANDLER_CONNECTIONS = 20
+
+
 class HandlerPools:
     def __init__(self, database_url: str, queues: Mapping[str, QueueConfig]) -> None:
         self.database_url = database_url
         self.queues = queues
-        self.size = max(2, min(sum(q.max_workers for q in queues.values()), 20))
+        self.size = max(2, min(sum(q.max_workers for q in queues.values()), MAX_HANDLER_CONNECTIONS))
         self._sync_pool: PsycopgPool | None = None
         self._sync_lock = threading.Lock()
         self._tx_pool: AsyncpgPool | None = None

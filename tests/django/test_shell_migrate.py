@@ -8,6 +8,7 @@ user does, each on a fresh database.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 
 from awa_bridge.migrations import load_migrations
+from awa_bridge.sql import QUERIES
 
 pytestmark = pytest.mark.django
 
@@ -133,7 +135,8 @@ def test_the_shop_example_migrates_from_the_shell(make_database: Callable[[], st
     assert ledger(url) == ALL_FILES
 
 
-MIGRATION_LOCK = 7235104991187720551  # queries.sql, migration_lock: the key both runners wait on
+# The key both runners wait on (queries.sql, migration_lock: SELECT pg_advisory_xact_lock(KEY)).
+MIGRATION_LOCK = int(re.search(r"pg_advisory_xact_lock\((\d+)\)", QUERIES["migration_lock"].pyformat)[1])  # type: ignore[index]
 
 
 def test_r8_manage_py_migrate_racing_a_bridge_migrate_converges(make_database: Callable[[], str]) -> None:
@@ -168,7 +171,11 @@ def test_r8_manage_py_migrate_racing_a_bridge_migrate_converges(make_database: C
                 if waiting == 2 or any(proc.poll() is not None for proc in procs):
                     break
                 time.sleep(0.1)
-            assert waiting == 2, [proc.poll() for proc in procs]
+            if waiting != 2:
+                for proc in procs:
+                    proc.kill()
+                outputs = [proc.communicate(timeout=30)[0] for proc in procs]
+                raise AssertionError(f"{waiting} of the 2 runs waited on the migration lock: {outputs}")
         finally:
             holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         outputs = [proc.communicate(timeout=120)[0] for proc in procs]
