@@ -257,3 +257,22 @@ async def test_an_attempt_that_waited_past_its_deadline_for_a_connection_does_no
     await asyncio.sleep(2.0)
     assert len(lateness) >= 2, lateness
     assert max(lateness) < 0, f"a handler started {max(lateness):.2f} s after its deadline"
+
+
+async def test_a_refused_connection_counts_as_the_server_gone_on_both_drivers(app_db: str, limited_role: str) -> None:
+    """A refusal (SQLSTATE 53300) is judged as the server going away, not as a bad statement, on the
+    worker's asyncpg paths (``is_transient``) and its psycopg ones (``is_operational``): retried and
+    read back, never taken for the job's own failure."""
+    import asyncpg
+
+    from awa_bridge.drivers.errors import is_operational, is_transient
+
+    with psycopg.connect(app_db, autocommit=True) as admin:
+        set_connection_limit(admin, limited_role, 0)
+    role_url = as_role(app_db, limited_role)
+    with pytest.raises(psycopg.OperationalError) as refused_psycopg:
+        psycopg.connect(role_url)
+    with pytest.raises(asyncpg.TooManyConnectionsError) as refused_asyncpg:
+        await asyncpg.connect(role_url)
+    assert is_operational(refused_psycopg.value), refused_psycopg.value
+    assert is_transient(refused_asyncpg.value), refused_asyncpg.value
