@@ -23,6 +23,7 @@ import argparse
 import array
 import asyncio
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -231,7 +232,10 @@ def run_main(main: Callable[[], int | None], interrupted: str = INTERRUPTED) -> 
     Either one runs the script's clean-up (workers stopped, databases dropped; an embedded
     server stops at exit), then prints ``interrupted`` as one line to stderr, no traceback, and
     exits 130 (Ctrl-C) or 143 (SIGTERM), the statuses a shell gives a process killed by them.
+    A crash in a C extension (a segfault) prints every thread's Python stack to stderr first, so
+    that a rare one seen once in CI says where it happened.
     """
+    faulthandler.enable()
     signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     try:
         status = main()
