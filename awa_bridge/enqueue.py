@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from .args import canonical_json, coerce_args
@@ -107,9 +107,11 @@ class PreparedJob:
         values["state"] = self.state
         values["priority"] = self.priority
         values["max_attempts"] = self.max_attempts
-        run_at = values["run_at"] = row["run_at"]
-        created_at = row["created_at"]  # NULL when it equals run_at (queries.sql, insert_job)
-        values["created_at"] = run_at if created_at is None else created_at
+        # The times come as microseconds since 1970, created_at only where it differs from run_at
+        # (queries.sql, insert_job).
+        run_at = values["run_at"] = from_epoch_us(row["run_at_us"])
+        created_at_us = row["created_at_us"]
+        values["created_at"] = run_at if created_at_us is None else from_epoch_us(created_at_us)
         values["errors"] = []
         values["metadata"] = decode_json(self.metadata_json)
         values["tags"] = list(self.tags)
@@ -127,6 +129,13 @@ _NEW_JOB: dict[str, Any] = {
 }
 
 _T = TypeVar("_T")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def from_epoch_us(microseconds: int) -> datetime:
+    """The aware UTC datetime ``microseconds`` after 1970-01-01 (exact, unlike ``fromtimestamp``'s float)."""
+    return _EPOCH + timedelta(microseconds=microseconds)
 
 
 def _frozen(cls: type[_T], values: dict[str, Any]) -> _T:

@@ -75,7 +75,12 @@ CASES: dict[str, tuple[str, str]] = {
         " p_queue => CAST($2 AS text), p_args => CAST($3 AS jsonb)) AS j OFFSET 0) AS inserted",
         _THREE,
     ),
-    "insert_job's insert_plain_job (an INSERT, from 2026-12-04)": (
+    "insert_plain_job returning run_at, NULLIF(created_at, run_at) (2026-12-04 to 2026-12-06)": (
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES (CAST($1 AS text), CAST($2 AS text), CAST($3 AS jsonb))"
+        " RETURNING id, run_at, NULLIF(created_at, run_at) AS created_at",
+        _THREE,
+    ),
+    "insert_job's insert_plain_job (an INSERT from 2026-12-04, the times as integers from 2026-12-06)": (
         QUERIES["insert_plain_job"].numeric,
         _THREE,
     ),

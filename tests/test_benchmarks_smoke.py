@@ -34,6 +34,7 @@ import bench_scale  # noqa: E402
 import bench_soak  # noqa: E402
 import bench_worker  # noqa: E402
 import count_enqueue_instructions  # noqa: E402
+import count_insert_server_instructions  # noqa: E402
 
 from .conftest import count_rows  # noqa: E402
 
@@ -581,7 +582,7 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 7, done.stdout
+    assert len(rows) == 1 + len(count_insert_server_instructions.CASES), done.stdout
     assert "insert_job's insert_plain_job" in done.stdout and "in FROM" in done.stdout
 
 

@@ -115,11 +115,14 @@ async def test_the_returned_times_are_the_rows_times(handle: Handle, db_url: str
     has both at now()): on every driver the returned ``Job`` has the row's two times, for a job
     available now (the three-parameter statement), a scheduled one and one with an ordering key."""
     later = datetime.now(UTC) + timedelta(days=1)
+    # The times come back as microseconds since 1970: exact at both ends of the accepted range.
+    edges = [datetime(9999, 12, 29, 23, 59, 59, 999_999, tzinfo=UTC), datetime(1, 1, 2, 0, 0, 0, 1, tzinfo=UTC)]
     await handle.begin()
     jobs = [
         await handle.insert(SendEmail(to="now@b.com", subject="Hi")),
         await handle.insert(SendEmail(to="later@b.com", subject="Hi"), run_at=later),
         await handle.insert(SendEmail(to="ordered@b.com", subject="Hi"), ordering_key="k1"),
+        *[await handle.insert(SendEmail(to="edge@b.com", subject="Hi"), run_at=edge) for edge in edges],
     ]
     await handle.commit()
     with psycopg.connect(db_url) as conn:
@@ -131,7 +134,8 @@ async def test_the_returned_times_are_the_rows_times(handle: Handle, db_url: str
         )
     assert [(job.run_at, job.created_at) for job in jobs] == [rows[job.id] for job in jobs]
     assert jobs[0].created_at == jobs[0].run_at and jobs[1].run_at == later > jobs[1].created_at
-    assert all(job.created_at.tzinfo is not None for job in jobs)
+    assert [job.run_at for job in jobs[3:]] == edges
+    assert all(job.created_at.tzinfo is UTC and job.run_at.tzinfo is UTC for job in jobs)
 
 
 async def test_ordering_key_commits_and_rolls_back_with_the_job(handle: Handle, db_url: str) -> None:

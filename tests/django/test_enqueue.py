@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import DataError, connection, transaction
@@ -37,6 +38,28 @@ def test_a_rolled_back_savepoint_takes_only_its_job(awa: None) -> None:
             awa_django.insert_job({"n": 1}, kind="k", unique=True)
         awa_django.insert_job({"n": 2}, kind="k", using="default")
     assert sorted(Job.objects.values_list("args", flat=True), key=str) == [{"n": 1}, {"n": 2}]
+
+
+def test_the_returned_job_has_aware_utc_times_whatever_use_tz_says(awa: None, settings: Any) -> None:
+    """Under ``USE_TZ = False`` Django's loader reads a timestamptz as a naive local time; the ``Job``
+    that insert_job returns has the same aware UTC times as on every other driver, equal to the row's."""
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: a naive local time would be off by hours, not equal
+    later = datetime(2031, 5, 6, 7, 8, 9, 123_456, tzinfo=UTC)
+    now_job = awa_django.insert_job({"n": 1}, kind="k")
+    later_job = awa_django.insert_job({"n": 2}, kind="k", run_at=later)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT CAST(extract(epoch FROM run_at) * 1000000 AS bigint),"
+            " CAST(extract(epoch FROM created_at) * 1000000 AS bigint) FROM awa.jobs WHERE id = ANY(%s) ORDER BY id",
+            [[now_job.id, later_job.id]],
+        )
+        rows = cursor.fetchall()
+    returned = [(job.run_at, job.created_at) for job in (now_job, later_job)]
+    assert all(time.tzinfo is UTC for pair in returned for time in pair)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert [tuple((t - epoch) // timedelta(microseconds=1) for t in pair) for pair in returned] == rows
+    assert later_job.run_at == later and now_job.run_at == now_job.created_at
 
 
 def test_a_value_that_cannot_be_read_raises_djangos_error(awa: None) -> None:
