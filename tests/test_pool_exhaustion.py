@@ -224,8 +224,14 @@ def test_server_out_of_connections_degrades_then_recovers(
     # The refusals reached the worker (its reconnects were refused, and it said so), yet it stops cleanly.
     assert worker.logged("too many connections"), worker.output
     # Nothing unhandled. (A transactional handler whose backend was cut in the middle of its work is
-    # an attempt that failed inside the worker, logged as an error and retried: not looked for here.)
-    unhandled = ("was never retrieved", "Exception in thread", "Exception in callback", " CRITICAL ")
+    # retried with its backoff, the attempt spent; one that found no connection is handed back.)
+    unhandled = (
+        "inside the worker",
+        "was never retrieved",
+        "Exception in thread",
+        "Exception in callback",
+        " CRITICAL ",
+    )
     assert not any(worker.logged(text) for text in unhandled), worker.output
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0, worker.output
@@ -266,6 +272,7 @@ async def test_a_refused_connection_counts_as_the_server_gone_on_both_drivers(ap
     import asyncpg
 
     from awa_bridge.drivers.errors import is_operational, is_transient
+    from awa_bridge.worker.executor import is_connection_failure
 
     with psycopg.connect(app_db, autocommit=True) as admin:
         set_connection_limit(admin, limited_role, 0)
@@ -276,3 +283,79 @@ async def test_a_refused_connection_counts_as_the_server_gone_on_both_drivers(ap
         await asyncpg.connect(role_url)
     assert is_operational(refused_psycopg.value), refused_psycopg.value
     assert is_transient(refused_asyncpg.value), refused_asyncpg.value
+
+    # Django re-raises the driver's error as its own (``django.db.OperationalError``, from it): a
+    # transactional handler in ``atomic()`` sees that one. All three are a connection failure for
+    # the executor, which then hands the attempt back unspent.
+    from django.db import OperationalError as DjangoOperationalError
+    from django.db.utils import DatabaseErrorWrapper
+
+    class Backend:  # what DatabaseErrorWrapper reads of a Django connection
+        Database = psycopg
+        errors_occurred = False
+
+    with pytest.raises(DjangoOperationalError) as refused_django, DatabaseErrorWrapper(Backend()):
+        psycopg.connect(role_url)
+    assert not is_operational(refused_django.value)
+    refusals = (refused_psycopg.value, refused_asyncpg.value, refused_django.value)
+    assert all(is_connection_failure(refusal) for refusal in refusals)
+
+
+def test_a_transactional_handler_refused_its_connection_is_released_unspent(
+    app_db: str, probe: Probe, limited_role: str, workers: Workers
+) -> None:
+    """Only the handler pools are refused: the worker keeps its claim and completion connections and
+    goes on claiming, while every new connection of its role is refused for 6 s and its handler
+    backends are cut. 60 transactional jobs of two attempts each arrive in that window: each attempt
+    that finds no connection for its handler is handed back with its attempt unspent and runs a
+    little later, so every job completes at attempt 1, with no error recorded and its effect once,
+    instead of spending its two attempts on the refusal and failing."""
+    queue = unique_queue()
+    role = limited_role
+    role_url = as_role(app_db, role)
+    worker = workers.start(f"{queue}:8", url=role_url, env={"AWA_TX_MAX_SLEEP": "0.01"}).wait_started()
+    warm = enqueue(app_db, queue, ["tx_effect_async", "tx_effect"])
+    wait_for(lambda: probe.states(queue) == {"completed": warm}, 15, "the handler pools to open")
+    assert handler_backends(probe, role) >= 2
+    with psycopg.connect(app_db, autocommit=True) as admin:
+        kept = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND application_name <> 'awa-handler'", (role,)
+        ).fetchone()[0]  # type: ignore[index]
+        set_connection_limit(admin, role, kept)
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE usename = %s AND application_name = 'awa-handler'",
+            (role,),
+        )
+    try:
+        wait_for(lambda: handler_backends(probe, role) == 0, 10, "the handler backends to go")
+        with psycopg.connect(app_db) as conn:
+            kinds = ["tx_effect_async", "tx_effect"] * 30
+            jobs = [
+                awa_bridge.prepare_job({"n": n}, kind=kind, queue=queue, max_attempts=2) for n, kind in enumerate(kinds)
+            ]
+            awa_bridge.insert_many_sync(conn, jobs)
+            conn.commit()
+        time.sleep(6)
+        assert worker.alive(), worker.output
+        assert worker.logged("got no database connection for its transactional handler"), worker.output
+    finally:
+        with psycopg.connect(app_db, autocommit=True) as admin:
+            set_connection_limit(admin, role, -1)
+    count = warm + len(kinds)
+    wait_for(lambda: probe.states(queue) == {"completed": count}, 60, "every job to complete")
+    attempts, with_errors = probe.rows(
+        "SELECT max(attempt), count(*) FILTER (WHERE cardinality(errors) > 0) FROM awa.jobs WHERE queue = %s",
+        (queue,),
+    )[0]
+    assert (attempts, with_errors) == (1, 0), worker.output
+    total, distinct = probe.rows(
+        "SELECT count(*), count(DISTINCT e.job_id) FROM t_effects e JOIN awa.jobs j ON j.id = e.job_id "
+        "WHERE j.queue = %s",
+        (queue,),
+    )[0]
+    assert (total, distinct) == (count, count)
+    unhandled = ("inside the worker", "was never retrieved", "Exception in thread", "Exception in callback")
+    assert not any(worker.logged(text) for text in unhandled), worker.output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.output

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..drivers.errors import is_operational
 from ..errors import StaleAttempt
 from .aio import call_from_thread
 from .completer import Completer, finalize_one, is_transient
@@ -63,6 +64,23 @@ class NotStarted(Exception):
     """The attempt ended (superseded, past its deadline, released) before its handler began: it never runs."""
 
 
+class NoConnection(NotStarted):
+    """The server refused (or dropped) the connection a transactional handler was to run on, before
+    the handler began: the attempt is handed back unspent, to run again after ``NO_CONNECTION_DELAY``."""
+
+
+#: Seconds before an attempt that found no connection for its transactional handler runs again. Its
+#: attempt is given back, so a server that refuses connections for a while (max_connections reached)
+#: costs such jobs time, never attempts: a short pause, not the backoff of a handler error.
+NO_CONNECTION_DELAY = 2.0
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """The connection was refused or lost, as opposed to an error of a statement or of the handler;
+    also when a framework wraps the driver's error (Django's ``OperationalError`` has it as its cause)."""
+    return any(e is not None and (is_transient(e) or is_operational(e)) for e in (exc, exc.__cause__))
+
+
 # Orders "the handler starts" (on a handler thread) against "the worker gives the attempt up" (on the loop).
 _start_lock = threading.Lock()
 
@@ -101,8 +119,19 @@ def give_up(ctx: JobContext) -> bool:
         return ctx._started
 
 
-def not_started(ex: Executor, ctx: JobContext, reason: str) -> Outcome | None:
+def not_started(ex: Executor, ctx: JobContext, exc: NotStarted) -> Outcome | None:
     """An attempt that never ran: let a superseded one go; hand the others back unspent."""
+    reason = str(exc)
+    if isinstance(exc, NoConnection):
+        log.warning(
+            "job %s: attempt %s got no database connection for its transactional handler (%s); released"
+            " unspent, it runs again in %.0f s",
+            ctx.id,
+            ctx.attempt,
+            reason,
+            NO_CONNECTION_DELAY,
+        )
+        return Outcome("scheduled", delay=NO_CONNECTION_DELAY, refund=True, label="released")
     if reason == "superseded":
         log.info("job %s: attempt %s was superseded before its handler started; not running it", ctx.id, ctx.attempt)
         ex.completer.abandon(ctx)
@@ -151,7 +180,7 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
         except Exception as exc:  # DeadlineExceeded included
             return outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
     except NotStarted as exc:
-        return not_started(ex, ctx, str(exc))
+        return not_started(ex, ctx, exc)
     outcome = COMPLETED if result is None else outcome_for(ctx, result)
     if ctx._on_complete and outcome.state == "completed":
         await ex.threads.submit(ex.loop, complete_with_effects, ex, ctx, outcome)
@@ -305,36 +334,60 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
     if not handler.is_async:
         await ex.threads.submit(ex.loop, run_transactional_sync, ex, handler, ctx)
         return
-    tx_pool = await ex.pools.transaction_pool()
-    async with tx_pool.acquire() as db:
-        # The wait for a connection (more slots than the pool has) may have outlasted the deadline,
-        # whose timer had no handler to cancel then: such an attempt does not start.
-        check_start_on_loop(ctx)
-        outcome: Outcome | None = None
-        try:
-            async with db.transaction():
-                ctx.conn = db.conn
-                try:
-                    result = await _invoke(ex, handler, ctx)
-                finally:
-                    ctx.conn = None
-                outcome = outcome_for(ctx, result)
-                if not await finalize_one(db, ctx, outcome):
-                    raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
-        except StaleAttempt:
-            log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
-            ex.completer.report(ctx, outcome or Outcome("completed"), False)
-            return
-        except asyncio.CancelledError:
+    connected = False
+    try:
+        tx_pool = await ex.pools.transaction_pool()
+        async with tx_pool.acquire() as db:
+            connected = True
+            committed = await _run_on(ex, handler, ctx, db)
+    except Exception as exc:
+        if connected or not is_connection_failure(exc):  # (a failed release: as any runtime error)
             raise
-        except Exception as exc:
-            failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-            if outcome is not None and is_transient(exc):  # lost at or after the commit: read it back
-                ex.completer.resolve(ctx, outcome, failure)
-            else:
-                ex.completer.submit(ctx, failure)
-            return
-    ex.completer.report(ctx, outcome, True)
+        raise NoConnection(_first_line(exc)) from exc
+    if committed is not None:
+        ex.completer.report(ctx, committed, True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def _run_on(ex: Executor, handler: Handler, ctx: JobContext, db: Any) -> Outcome | None:
+    """The async transactional attempt on its connection ``db``, handler and finalization in one
+    transaction; the outcome it committed, or None when it was handed to the completer instead."""
+    # The wait for a connection (more slots than the pool has) may have outlasted the deadline,
+    # whose timer had no handler to cancel then: such an attempt does not start.
+    check_start_on_loop(ctx)
+    outcome: Outcome | None = None
+    invoked = False
+    try:
+        async with db.transaction():
+            ctx.conn = db.conn
+            invoked = True
+            try:
+                result = await _invoke(ex, handler, ctx)
+            finally:
+                ctx.conn = None
+            outcome = outcome_for(ctx, result)
+            if not await finalize_one(db, ctx, outcome):
+                raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
+    except StaleAttempt:
+        log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
+        ex.completer.report(ctx, outcome or Outcome("completed"), False)
+        return None
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if not invoked and is_connection_failure(exc):  # BEGIN found the connection gone
+            raise NoConnection(_first_line(exc)) from exc
+        failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
+        if outcome is not None and is_transient(exc):  # lost at or after the commit: read it back
+            ex.completer.resolve(ctx, outcome, failure)
+        else:
+            ex.completer.submit(ctx, failure)
+        return None
+    return outcome
 
 
 def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> None:
@@ -342,7 +395,6 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
     completion in ONE short transaction, fenced by run_lease (in a worker thread). Both commit or
     neither does: a superseded attempt rolls the effects back, a failing effect retries the job."""
     from ..drivers import detect_sync
-    from ..drivers.errors import is_operational
     from .completer import completion
 
     try:
@@ -370,17 +422,18 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     """The sync form, in a worker thread: on a psycopg connection from the worker's pool,
     or in the handler's own transaction (``Handler.transaction``, e.g. Django's ``atomic()``)."""
     from ..drivers import detect_sync
-    from ..drivers.errors import is_operational
     from ..sql import QUERIES
     from .completer import completion, finish_params
 
     check_start(ctx)
     begin = handler.transaction or ex.pools.sync_transaction
     outcome: Outcome | None = None
+    invoked = False
     try:
         with begin() as conn:
             check_start(ctx)  # again: the wait for a connection may have outlasted the deadline
             ctx.conn = conn
+            invoked = True
             try:
                 result = handler.fn(ctx)
             finally:
@@ -400,12 +453,13 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     except NotStarted:
         raise
     except Exception as exc:
+        lost = is_connection_failure(exc)
+        if lost and not invoked:  # no connection, or BEGIN found it gone: the handler never started
+            raise NoConnection(_first_line(exc)) from exc
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        if not is_operational(exc):
-            call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
-        elif outcome is None:
-            raise  # lost before the outcome was written: nothing can have committed
-        else:
+        if lost and outcome is not None:  # lost at or after the commit: read it back
             call_from_thread(ex.loop, ex.completer.resolve, ctx, outcome, failure)
+        else:  # also lost before the outcome was written: nothing can have committed
+            call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
         return
     call_from_thread(ex.loop, ex.completer.report, ctx, outcome, True)
