@@ -334,16 +334,22 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
     if not handler.is_async:
         await ex.threads.submit(ex.loop, run_transactional_sync, ex, handler, ctx)
         return
-    connected = False
+    connected = ran = False
+    committed: Outcome | None = None
     try:
         tx_pool = await ex.pools.transaction_pool()
         async with tx_pool.acquire() as db:
             connected = True
             committed = await _run_on(ex, handler, ctx, db)
+            ran = True
     except Exception as exc:
-        if connected or not is_connection_failure(exc):  # (a failed release: as any runtime error)
+        if not is_connection_failure(exc) or (connected and not ran):
             raise
-        raise NoConnection(_first_line(exc)) from exc
+        if not connected:
+            raise NoConnection(_first_line(exc)) from exc
+        # The attempt is over (committed, or handed to the completer); only handing the connection
+        # back failed, its reset finding it gone. The pool drops it; the outcome stands.
+        log.info("job %s: its handler's connection was lost as it was released (%s)", ctx.id, _first_line(exc))
     if committed is not None:
         ex.completer.report(ctx, committed, True)
 
