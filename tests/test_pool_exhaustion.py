@@ -297,7 +297,14 @@ async def test_a_refused_connection_counts_as_the_server_gone_on_both_drivers(ap
     with pytest.raises(DjangoOperationalError) as refused_django, DatabaseErrorWrapper(Backend()):
         psycopg.connect(role_url)
     assert not is_operational(refused_django.value)
-    refusals = (refused_psycopg.value, refused_asyncpg.value, refused_django.value)
+    # A psycopg pool never hands a refusal to its caller: it retries, and the caller's wait for a
+    # connection ends in PoolTimeout (psycopg_pool's own module), what a sync handler then sees.
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    pool = ConnectionPool(role_url, min_size=0, max_size=1, timeout=1.0)
+    with pool, pytest.raises(PoolTimeout) as timed_out, pool.connection():
+        pass
+    refusals = (refused_psycopg.value, refused_asyncpg.value, refused_django.value, timed_out.value)
     assert all(is_connection_failure(refusal) for refusal in refusals)
 
 

@@ -28,8 +28,10 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def is_operational(exc: BaseException) -> bool:
-    """psycopg's ``OperationalError``: the connection or the server failed, not the statement (sync paths)."""
-    if type(exc).__module__.split(".")[0] != "psycopg":
+    """psycopg's ``OperationalError``: the connection or the server failed, not the statement (sync
+    paths). psycopg_pool's ``PoolTimeout`` (no connection in time: the server refusing new ones
+    makes that) is one too, declared in its own module."""
+    if type(exc).__module__.split(".")[0] not in ("psycopg", "psycopg_pool"):
         return False
     import psycopg
 

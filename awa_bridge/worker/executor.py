@@ -336,20 +336,27 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
         return
     connected = ran = False
     committed: Outcome | None = None
+    unstarted: NotStarted | None = None
     try:
         tx_pool = await ex.pools.transaction_pool()
         async with tx_pool.acquire() as db:
             connected = True
-            committed = await _run_on(ex, handler, ctx, db)
+            try:
+                committed = await _run_on(ex, handler, ctx, db)
+            except NotStarted as exc:
+                unstarted = exc
+                raise
             ran = True
     except Exception as exc:
-        if not is_connection_failure(exc) or (connected and not ran):
+        if not is_connection_failure(exc) or (connected and not ran and unstarted is None):
             raise
         if not connected:
             raise NoConnection(_first_line(exc)) from exc
-        # The attempt is over (committed, or handed to the completer); only handing the connection
-        # back failed, its reset finding it gone. The pool drops it; the outcome stands.
+        # The attempt is settled (committed, handed to the completer, or found not to start); only
+        # handing the connection back failed, its reset finding it gone. The pool drops it.
         log.info("job %s: its handler's connection was lost as it was released (%s)", ctx.id, _first_line(exc))
+        if unstarted is not None:
+            raise unstarted from None
     if committed is not None:
         ex.completer.report(ctx, committed, True)
 
