@@ -119,6 +119,21 @@ def limited_role(app_db: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+# What a worker's log shows of an error nobody handled: a runtime failure of an attempt, an
+# exception of a task or a thread nobody retrieved.
+UNHANDLED = ("inside the worker", "was never retrieved", "Exception in thread", "Exception in callback", " CRITICAL ")
+
+
+def effects(probe: Probe, queue: str) -> tuple[int, int]:
+    """Rows in ``t_effects`` of ``queue``'s jobs, and how many distinct jobs they are of."""
+    total, distinct = probe.rows(
+        "SELECT count(*), count(DISTINCT e.job_id) FROM t_effects e JOIN awa.jobs j ON j.id = e.job_id "
+        "WHERE j.queue = %s",
+        (queue,),
+    )[0]
+    return int(total), int(distinct)
+
+
 def set_connection_limit(admin: psycopg.Connection[Any], role: str, limit: int) -> None:
     """New connections of ``role`` beyond ``limit`` are refused (-1: no limit); open ones stay."""
     admin.execute(sql.SQL("ALTER ROLE {} CONNECTION LIMIT {}").format(sql.Identifier(role), sql.Literal(limit)))
@@ -215,24 +230,13 @@ def test_server_out_of_connections_degrades_then_recovers(
     wait_for(lambda: probe.states(queue) == {"completed": len(ids)}, 60, "every job to complete")
     assert worker.alive(), worker.output
     transactional = probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND kind LIKE 'tx_effect%%'", (queue,))
-    total, distinct = probe.rows(
-        "SELECT count(*), count(DISTINCT e.job_id) FROM t_effects e JOIN awa.jobs j ON j.id = e.job_id "
-        "WHERE j.queue = %s",
-        (queue,),
-    )[0]
+    total, distinct = effects(probe, queue)
     assert (total, distinct) == (transactional, transactional)
     # The refusals reached the worker (its reconnects were refused, and it said so), yet it stops cleanly.
     assert worker.logged("too many connections"), worker.output
     # Nothing unhandled. (A transactional handler whose backend was cut in the middle of its work is
     # retried with its backoff, the attempt spent; one that found no connection is handed back.)
-    unhandled = (
-        "inside the worker",
-        "was never retrieved",
-        "Exception in thread",
-        "Exception in callback",
-        " CRITICAL ",
-    )
-    assert not any(worker.logged(text) for text in unhandled), worker.output
+    assert not any(worker.logged(text) for text in UNHANDLED), worker.output
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0, worker.output
     retried = probe.value("SELECT count(*) FROM awa.jobs WHERE queue = %s AND attempt > 1", (queue,))
@@ -271,8 +275,7 @@ async def test_a_refused_connection_counts_as_the_server_gone_on_both_drivers(ap
     read back, never taken for the job's own failure."""
     import asyncpg
 
-    from awa_bridge.drivers.errors import is_operational, is_transient
-    from awa_bridge.worker.executor import is_connection_failure
+    from awa_bridge.drivers.errors import is_connection_failure, is_operational, is_transient
 
     with psycopg.connect(app_db, autocommit=True) as admin:
         set_connection_limit(admin, limited_role, 0)
@@ -356,13 +359,8 @@ def test_a_transactional_handler_refused_its_connection_is_released_unspent(
         (queue,),
     )[0]
     assert (attempts, with_errors) == (1, 0), worker.output
-    total, distinct = probe.rows(
-        "SELECT count(*), count(DISTINCT e.job_id) FROM t_effects e JOIN awa.jobs j ON j.id = e.job_id "
-        "WHERE j.queue = %s",
-        (queue,),
-    )[0]
+    total, distinct = effects(probe, queue)
     assert (total, distinct) == (count, count)
-    unhandled = ("inside the worker", "was never retrieved", "Exception in thread", "Exception in callback")
-    assert not any(worker.logged(text) for text in unhandled), worker.output
+    assert not any(worker.logged(text) for text in UNHANDLED), worker.output
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0, worker.output

@@ -38,12 +38,25 @@ def is_operational(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError)
 
 
+def is_connection_failure(exc: BaseException) -> bool:
+    """The connection was refused or lost, as opposed to an error of a statement or of the caller's
+    code, on either driver; also when a framework wraps the driver's error (Django's
+    ``OperationalError`` carries it as its cause)."""
+    return any(e is not None and (is_transient(e) or is_operational(e)) for e in (exc, exc.__cause__))
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its class name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def describe_connection_failure(exc: BaseException) -> str | None:
     """One line for a failure to reach the database or a malformed URL; ``None`` for anything else."""
     if type(exc).__module__.split(".")[0] == "psycopg":
         import psycopg
 
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         if isinstance(exc, psycopg.OperationalError):
             return f"cannot reach the database: {first}"
         if isinstance(exc, psycopg.ProgrammingError) and "connection" in first:

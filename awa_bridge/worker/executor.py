@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.errors import is_operational
+from ..drivers.errors import first_line, is_connection_failure, is_operational
 from ..errors import StaleAttempt
 from .aio import call_from_thread
 from .completer import Completer, finalize_one, is_transient
@@ -73,12 +73,6 @@ class NoConnection(NotStarted):
 #: attempt is given back, so a server that refuses connections for a while (max_connections reached)
 #: costs such jobs time, never attempts: a short pause, not the backoff of a handler error.
 NO_CONNECTION_DELAY = 2.0
-
-
-def is_connection_failure(exc: BaseException) -> bool:
-    """The connection was refused or lost, as opposed to an error of a statement or of the handler;
-    also when a framework wraps the driver's error (Django's ``OperationalError`` has it as its cause)."""
-    return any(e is not None and (is_transient(e) or is_operational(e)) for e in (exc, exc.__cause__))
 
 
 # Orders "the handler starts" (on a handler thread) against "the worker gives the attempt up" (on the loop).
@@ -351,19 +345,14 @@ async def run_transactional(ex: Executor, handler: Handler, ctx: JobContext) -> 
         if not is_connection_failure(exc) or (connected and not ran and unstarted is None):
             raise
         if not connected:
-            raise NoConnection(_first_line(exc)) from exc
+            raise NoConnection(first_line(exc)) from exc
         # The attempt is settled (committed, handed to the completer, or found not to start); only
         # handing the connection back failed, its reset finding it gone. The pool drops it.
-        log.info("job %s: its handler's connection was lost as it was released (%s)", ctx.id, _first_line(exc))
+        log.info("job %s: its handler's connection was lost as it was released (%s)", ctx.id, first_line(exc))
         if unstarted is not None:
             raise unstarted from None
     if committed is not None:
         ex.completer.report(ctx, committed, True)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 async def _run_on(ex: Executor, handler: Handler, ctx: JobContext, db: Any) -> Outcome | None:
@@ -393,7 +382,7 @@ async def _run_on(ex: Executor, handler: Handler, ctx: JobContext, db: Any) -> O
         raise
     except Exception as exc:
         if not invoked and is_connection_failure(exc):  # BEGIN found the connection gone
-            raise NoConnection(_first_line(exc)) from exc
+            raise NoConnection(first_line(exc)) from exc
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         if outcome is not None and is_transient(exc):  # lost at or after the commit: read it back
             ex.completer.resolve(ctx, outcome, failure)
@@ -468,7 +457,7 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     except Exception as exc:
         lost = is_connection_failure(exc)
         if lost and not invoked:  # no connection, or BEGIN found it gone: the handler never started
-            raise NoConnection(_first_line(exc)) from exc
+            raise NoConnection(first_line(exc)) from exc
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
         if lost and outcome is not None:  # lost at or after the commit: read it back
             call_from_thread(ex.loop, ex.completer.resolve, ctx, outcome, failure)
