@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from .args import canonical_json, coerce_args
@@ -107,11 +107,15 @@ class PreparedJob:
         values["state"] = self.state
         values["priority"] = self.priority
         values["max_attempts"] = self.max_attempts
-        # The times come as microseconds since 1970, created_at only where it differs from run_at
-        # (queries.sql, insert_job).
-        run_at = values["run_at"] = from_epoch_us(row["run_at_us"])
-        created_at_us = row["created_at_us"]
-        values["created_at"] = run_at if created_at_us is None else from_epoch_us(created_at_us)
+        # The INSERTs read back created_at only: run_at is the caller's, else now(), which created_at
+        # is too. awa.insert_job_compat (a job with an ordering key) returns both: awa-pg's takes
+        # its own clock for run_at (queries.sql, insert_job). In UTC whatever the driver's time
+        # zone (psycopg gives the session's); asyncpg's is UTC already, which astimezone returns.
+        created_at = values["created_at"] = row["created_at"].astimezone(UTC)
+        if self.ordering_key is not None:
+            values["run_at"] = row["run_at"].astimezone(UTC)
+        else:
+            values["run_at"] = created_at if self.run_at is None else self.run_at.astimezone(UTC)
         values["errors"] = []
         values["metadata"] = decode_json(self.metadata_json)
         values["tags"] = list(self.tags)
@@ -129,13 +133,6 @@ _NEW_JOB: dict[str, Any] = {
 }
 
 _T = TypeVar("_T")
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def from_epoch_us(microseconds: int) -> datetime:
-    """The aware UTC datetime ``microseconds`` after 1970-01-01 (exact, unlike ``fromtimestamp``'s float)."""
-    return _EPOCH + timedelta(microseconds=microseconds)
 
 
 def _frozen(cls: type[_T], values: dict[str, Any]) -> _T:

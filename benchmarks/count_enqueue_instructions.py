@@ -176,8 +176,7 @@ def _parts_case(case: str, calls: int) -> None:
     from awa_bridge import prepare_job
     from awa_bridge.args import canonical_json, coerce_args
 
-    now = int(datetime.now(UTC).timestamp() * 1_000_000)
-    row = {"id": 1, "run_at_us": now, "created_at_us": None}
+    row = {"id": 1, "created_at": datetime.now(UTC)}
     step = PARTS.index(case)
     for n in range(calls):
         args = SendEmail("a@example.com", "Hi", n)

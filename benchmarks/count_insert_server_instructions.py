@@ -6,11 +6,15 @@ INSERT, ``awa.insert_job_compat`` called in FROM or in a select list, as
 ``insert_job`` sent it until 2026-12-04, and the INSERT it sends now) can be compared on a machine whose wall
 clock moves with everyone else's load. It makes a throwaway cluster with
 ``initdb``, migrates it, then runs ``postgres --single`` under ``valgrind
---tool=callgrind`` twice per case (``--small`` and ``--large`` executions of
-one prepared statement, each its own transaction): the difference of the
-totals over the difference of the counts is one execution, start-up and
-shutdown excluded. No network and no client are involved, so the figures are
-the statement, its triggers and its commit (``synchronous_commit`` off: the
+--tool=callgrind`` twice per case (``--small`` and ``--large`` executions,
+each its own transaction): the difference of the totals over the difference
+of the counts is one execution, start-up and shutdown excluded. Each case is
+counted twice: as one prepared statement executed again and again (what
+asyncpg's statement cache and psycopg's automatic prepare make of it), and
+sent as text with its values in it, parsed, analysed and planned anew each
+time (what psycopg's client-side binding, Django's default, sends). No
+network and no client are involved, so the figures are the statement, its
+triggers and its commit (``synchronous_commit`` off: the
 flush is a wait, not instructions).
 
     python benchmarks/count_insert_server_instructions.py
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -80,11 +85,27 @@ CASES: dict[str, tuple[str, str]] = {
         " RETURNING id, run_at, NULLIF(created_at, run_at) AS created_at",
         _THREE,
     ),
-    "insert_job's insert_plain_job (an INSERT from 2026-12-04, the times as integers from 2026-12-06)": (
+    "insert_plain_job returning the times as integers (2026-12-06, 09:00 to 13:00 UTC)": (
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES (CAST($1 AS text), CAST($2 AS text), CAST($3 AS jsonb))"
+        " RETURNING id, CAST(EXTRACT(EPOCH FROM run_at) * 1000000 AS bigint) AS run_at_us,"
+        " CASE WHEN created_at <> run_at THEN CAST(EXTRACT(EPOCH FROM created_at) * 1000000 AS bigint) END"
+        " AS created_at_us",
+        _THREE,
+    ),
+    "insert_job's insert_plain_job (an INSERT from 2026-12-04, returning id, created_at from 2026-12-06 13:00)": (
         QUERIES["insert_plain_job"].numeric,
         _THREE,
     ),
 }
+
+
+def _with_values(statement: str, arguments: str) -> str:
+    """``statement`` with its ``$n`` replaced by the literals of ``arguments`` (what psycopg's
+    client-side binding, Django's default, sends)."""
+    values = re.findall(r"'(?:[^']|'')*'|[^,\s][^,]*", arguments)
+    for number in range(len(values), 0, -1):  # $10 before $1
+        statement = statement.replace(f"${number}", values[number - 1].strip())
+    return statement
 
 
 class Cluster:
@@ -120,11 +141,16 @@ class Cluster:
         finally:
             subprocess.run(self.command("pg_ctl", "-D", self.data, "-w", "stop"), check=True, capture_output=True)
 
-    def instructions(self, case: str, calls: int) -> int:
-        """Instructions of one single-user session that executes ``case`` ``calls`` times."""
+    def instructions(self, case: str, calls: int, as_text: bool) -> int:
+        """Instructions of one single-user session that executes ``case`` ``calls`` times: one prepared
+        statement executed, or (``as_text``) the statement sent each time with its values in its text."""
         body, arguments = CASES[case]
-        lines = [f"PREPARE s AS {' '.join(body.split())};"]
-        lines += [f"EXECUTE s({arguments % n});" for n in range(calls)]
+        statement = " ".join(body.split())
+        if as_text:
+            lines = [_with_values(statement, arguments % n) + ";" for n in range(calls)]
+        else:
+            lines = [f"PREPARE s AS {statement};"]
+            lines += [f"EXECUTE s({arguments % n});" for n in range(calls)]
         script = os.path.join(self.root, "script.sql")
         with open(script, "w") as out:
             out.write("\n\n".join(lines) + "\n")  # -j: a blank line ends each statement
@@ -155,15 +181,21 @@ def main(argv: list[str] | None = None) -> None:
         cluster.create()
         print(f"PostgreSQL from {bindir}; {args.large - args.small} executions counted per case")
         print()
-        print("| statement (one execution = one transaction) | server instructions per call | x bare INSERT |")
-        print("|---|---:|---:|")
-        base = 0
+        print(
+            "| statement (one execution = one transaction) | prepared (asyncpg, psycopg, SQLAlchemy):"
+            " server instructions per call | x bare | sent as text (Django): per call | x bare |"
+        )
+        print("|---|---:|---:|---:|---:|")
+        bases: list[int] = []
         for case in CASES:
-            per_call = (cluster.instructions(case, args.large) - cluster.instructions(case, args.small)) // (
-                args.large - args.small
-            )
-            base = base or per_call
-            print(f"| {case} | {per_call:,} | {per_call / base:.2f} |")
+            cells = []
+            for index, as_text in enumerate((False, True)):
+                counts = [cluster.instructions(case, calls, as_text) for calls in (args.large, args.small)]
+                per_call = (counts[0] - counts[1]) // (args.large - args.small)
+                if len(bases) <= index:
+                    bases.append(per_call)
+                cells += [f"{per_call:,}", f"{per_call / bases[index]:.2f}"]
+            print(f"| {case} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

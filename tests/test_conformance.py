@@ -111,11 +111,12 @@ async def test_scheduled_run_at_and_round_trip(handle: Handle, db_url: str) -> N
 
 
 async def test_the_returned_times_are_the_rows_times(handle: Handle, db_url: str) -> None:
-    """The insert reads back ``created_at`` only where it differs from ``run_at`` (a job available now
-    has both at now()): on every driver the returned ``Job`` has the row's two times, for a job
-    available now (the three-parameter statement), a scheduled one and one with an ordering key."""
+    """The INSERTs read back ``created_at`` only and take ``run_at`` from the caller, or as
+    ``created_at`` for a job available now (both at now()): on every driver the returned ``Job`` has
+    the row's two times, in UTC whatever the driver's time zone, for a job available now (the
+    three-parameter statement), a scheduled one, one with an ordering key and scheduled ones at both
+    ends of the accepted range."""
     later = datetime.now(UTC) + timedelta(days=1)
-    # The times come back as microseconds since 1970: exact at both ends of the accepted range.
     edges = [datetime(9999, 12, 29, 23, 59, 59, 999_999, tzinfo=UTC), datetime(1, 1, 2, 0, 0, 0, 1, tzinfo=UTC)]
     await handle.begin()
     jobs = [

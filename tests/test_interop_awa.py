@@ -627,6 +627,43 @@ async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_support
         assert conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job.id,)).fetchone()[0] == "scheduled"
 
 
+async def test_the_returned_times_are_the_rows_times_on_awa_pgs_storage(awa_db: AwaDatabase) -> None:
+    """insert_job reads back only ``created_at`` and takes ``run_at`` from the caller, or as
+    ``created_at`` when the caller gave none: on awa-pg's database, before and after its worker
+    switches it to its queue storage, the returned times are the stored row's (a job available now
+    from each INSERT, a scheduled one, one with an ordering key, which awa-pg's function gives a
+    run_at of its own clock)."""
+    from datetime import UTC, datetime, timedelta
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+
+    def insert_and_compare() -> None:
+        with psycopg.connect(awa_db.url) as conn:
+            jobs = [
+                insert_job_sync(conn, {"n": 1}, kind="now", queue="times"),
+                insert_job_sync(conn, {"n": 2}, kind="later", queue="times", run_at=later),
+                insert_job_sync(conn, {"n": 3}, kind="ordered", queue="times", ordering_key="k"),
+                insert_job_sync(conn, {"n": 4}, kind="urgent", queue="times", priority=1),  # all columns
+            ]
+            conn.commit()
+            query = "SELECT id, run_at, created_at FROM awa.jobs WHERE id = ANY(%s)"
+            rows = {row[0]: row[1:] for row in conn.execute(query, ([job.id for job in jobs],))}
+        assert [(job.run_at, job.created_at) for job in jobs] == [rows[job.id] for job in jobs]
+        assert jobs[1].run_at == later and all(job.created_at.tzinfo is UTC for job in jobs)
+
+    insert_and_compare()
+    client = awa.AsyncClient(awa_db.awa_url)  # its worker switches the database to queue storage
+
+    @client.task("noop", queue="storage")
+    async def noop(job: Any) -> None:
+        return None
+
+    await client.start([("storage", 1)], poll_interval_ms=50)
+    await client.shutdown()
+    await client.close()
+    await asyncio.to_thread(insert_and_compare)
+
+
 # -- cron on awa-pg's database: awa.cron_jobs is shared, awa.cron_job_sources is ours ---------
 
 

@@ -6,11 +6,6 @@
 -- before its first use and included as /* include: NAME */ (expanded when the
 -- file is loaded). Scenario ids such as R30 refer to docs/reliability.md.
 
--- fragment: inserted_times
--- What an insert gives back besides the id (see insert_job).
-CAST(EXTRACT(EPOCH FROM run_at) * 1000000 AS bigint) AS run_at_us,
-CASE WHEN created_at <> run_at THEN CAST(EXTRACT(EPOCH FROM created_at) * 1000000 AS bigint) END AS created_at_us
-
 -- name: insert_job
 -- Single transactional insert: one row of awa.jobs, on the caller's
 -- connection. A plain INSERT works on both schemas DESIGN.md section 3 names:
@@ -21,14 +16,12 @@ CASE WHEN created_at <> run_at THEN CAST(EXTRACT(EPOCH FROM created_at) * 100000
 -- it is the function's own INSERT without the plpgsql call around it, about
 -- 10% of the server's instructions per enqueue (docs/adr/004). Only what the
 -- database decides comes back; the rest of the row is what the caller sent.
--- The two times come back as integers, microseconds since 1970 (EXTRACT is
--- exact numeric from PostgreSQL 14 on), and enqueue.py makes the datetimes:
--- every driver then gives the same aware UTC datetimes (Django's loader gives
--- naive local ones under USE_TZ = False), and no timestamptz loader runs
--- (Django's is Python, made anew for every cursor: about 45,000 client
--- instructions a timestamp). created_at comes back only where it differs
--- from run_at (NULL for a job available now, both at now()): one EXTRACT
--- fewer for the server, one value fewer for the client.
+-- Only created_at comes back of the two times: run_at is the caller's, or
+-- now() (which created_at also is) when the caller gave none. The column
+-- itself, not an expression of it: Django sends every statement as text,
+-- parsed and planned anew each call, where an EXTRACT into integers cost the
+-- server a fifth more than the bare INSERT (2026-12-06, docs/adr/004).
+-- enqueue.py makes both times UTC whatever the driver's time zone.
 INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
                       metadata, tags, unique_key, unique_states)
 VALUES (CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
@@ -36,7 +29,7 @@ VALUES (CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb)
         CAST(%(max_attempts)s AS smallint), COALESCE(CAST(%(run_at)s AS timestamptz), now()),
         CAST(%(metadata)s AS jsonb), CAST(%(tags)s AS text[]), CAST(%(unique_key)s AS bytea),
         CAST(CAST(%(unique_states)s AS text) AS bit(8)))
-RETURNING id, /* include: inserted_times */
+RETURNING id, created_at
 
 -- name: insert_plain_job
 -- insert_job for the common job: available now, at the default priority and
@@ -46,7 +39,7 @@ RETURNING id, /* include: inserted_times */
 -- what insert_job returns.
 INSERT INTO awa.jobs (kind, queue, args)
 VALUES (CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb))
-RETURNING id, /* include: inserted_times */
+RETURNING id, created_at
 
 -- name: insert_ordered_job
 -- insert_job for a job with an ordering key, which awa.jobs has no column
@@ -55,10 +48,9 @@ RETURNING id, /* include: inserted_times */
 -- a select list, not in FROM, where PostgreSQL runs it as a function scan
 -- (its one row stored in a tuplestore and read back): about 25,000 fewer
 -- server instructions a call. OFFSET 0 keeps the subquery from being pulled
--- up, which would call the function once per column. Returns what insert_job
--- returns.
-SELECT id, /* include: inserted_times */
-FROM (SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT awa.insert_job_compat(
+-- up, which would call the function once per column. Returns run_at besides
+-- what insert_job returns: awa-pg's function stamps it with its own clock.
+SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT awa.insert_job_compat(
     CAST(%(kind)s AS text),
     CAST(%(queue)s AS text),
     CAST(%(args)s AS jsonb),
@@ -71,7 +63,7 @@ FROM (SELECT (j).id, (j).run_at, (j).created_at FROM (SELECT awa.insert_job_comp
     CAST(%(unique_key)s AS bytea),
     CAST(CAST(%(unique_states)s AS text) AS bit(8)),
     CAST(%(ordering_key)s AS bytea)
-) AS j OFFSET 0) AS called) AS inserted
+) AS j OFFSET 0) AS inserted
 
 -- name: create_insert_stage
 -- Bulk inserts COPY into this per-session staging table first when some rows

@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from django.core.signals import request_finished, request_started
 from django.db import DataError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 import awa_django
 from awa_bridge import UniqueConflict, ValidationError, admin
@@ -48,18 +51,93 @@ def test_the_returned_job_has_aware_utc_times_whatever_use_tz_says(awa: None, se
     later = datetime(2031, 5, 6, 7, 8, 9, 123_456, tzinfo=UTC)
     now_job = awa_django.insert_job({"n": 1}, kind="k")
     later_job = awa_django.insert_job({"n": 2}, kind="k", run_at=later)
+    returned = [(job.run_at, job.created_at) for job in (now_job, later_job)]
+    assert all(time.tzinfo is UTC for pair in returned for time in pair)
+    assert [tuple(map(_epoch_us, pair)) for pair in returned] == _row_times([now_job.id, later_job.id])
+    assert later_job.run_at == later and now_job.run_at == now_job.created_at
+
+
+def _row_times(ids: list[int]) -> list[tuple[int, int]]:
+    """(run_at, created_at) of the rows ``ids``, in id order, as microseconds since 1970: read so
+    that neither the Django settings nor a loader's time zone can bend them."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT CAST(extract(epoch FROM run_at) * 1000000 AS bigint),"
             " CAST(extract(epoch FROM created_at) * 1000000 AS bigint) FROM awa.jobs WHERE id = ANY(%s) ORDER BY id",
-            [[now_job.id, later_job.id]],
+            [ids],
         )
-        rows = cursor.fetchall()
-    returned = [(job.run_at, job.created_at) for job in (now_job, later_job)]
-    assert all(time.tzinfo is UTC for pair in returned for time in pair)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    assert [tuple((t - epoch) // timedelta(microseconds=1) for t in pair) for pair in returned] == rows
-    assert later_job.run_at == later and now_job.run_at == now_job.created_at
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _epoch_us(time: datetime) -> int:
+    return (time - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def _inserts(sqls: list[str]) -> int:
+    return sum("INSERT INTO awa.jobs" in sql for sql in sqls)
+
+
+def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None, settings: Any) -> None:
+    """insert_job keeps one cursor per connection rather than making one per call, yet each call still
+    runs through Django's cursor wrapper: execute wrappers see it, a query log records it (and the
+    times stay aware UTC there too), a ``connection.cursor`` replaced on the object is called, and a
+    closed connection is opened again rather than its old cursor used."""
+    settings.USE_TZ = False
+    seen: list[str] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        jobs = [awa_django.insert_job({"n": n}, kind="k") for n in range(2)]
+    assert _inserts(seen) == 2
+    with CaptureQueriesContext(connection) as log:
+        jobs.append(awa_django.insert_job({"n": 2}, kind="k"))
+    assert _inserts([query["sql"] for query in log.captured_queries]) == 1
+    made: list[str] = []
+    original = connection.cursor
+
+    def recording_cursor(*args: Any, **kwargs: Any) -> Any:
+        made.append("cursor")
+        return original(*args, **kwargs)
+
+    connection.cursor = recording_cursor  # type: ignore[method-assign]
+    try:
+        jobs += [awa_django.insert_job({"n": n}, kind="k") for n in (3, 4)]
+    finally:
+        del connection.cursor
+    assert made == ["cursor", "cursor"]
+    connection.close()
+    jobs.append(awa_django.insert_job({"n": 5}, kind="k"))
+    assert [job.args["n"] for job in jobs] == list(range(6))
+    assert all(job.created_at.tzinfo is UTC and job.run_at == job.created_at for job in jobs)
+    returned = [(_epoch_us(job.run_at), _epoch_us(job.created_at)) for job in jobs]
+    assert returned == _row_times([job.id for job in jobs])
+
+
+def test_a_persistent_connection_the_server_dropped_is_replaced_before_an_insert(awa: None) -> None:
+    """With ``CONN_MAX_AGE`` and ``CONN_HEALTH_CHECKS`` Django checks a kept connection at a request's
+    first cursor; the insert's kept cursor takes that check too, so an insert in the next request
+    after the server dropped the connection runs on a new one rather than failing."""
+    connection.close()
+    saved = dict(connection.settings_dict)
+    connection.settings_dict.update(CONN_MAX_AGE=None, CONN_HEALTH_CHECKS=True)
+    try:
+        request_started.send(sender=None)
+        first = awa_django.insert_job({"n": 1}, kind="k")
+        dropped = connection.connection.info.backend_pid
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin_conn:
+            admin_conn.execute("SELECT pg_terminate_backend(%s)", [dropped])
+        request_finished.send(sender=None)
+        request_started.send(sender=None)  # the next request: Django's close_old_connections runs
+        second = awa_django.insert_job({"n": 2}, kind="k")
+        assert connection.connection.info.backend_pid != dropped
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert sorted(Job.objects.values_list("id", flat=True)) == [first.id, second.id]
 
 
 def test_a_value_that_cannot_be_read_raises_djangos_error(awa: None) -> None:
