@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connections
+from django.utils.asyncio import async_unsafe
+from django.utils.connection import ConnectionProxy
+
 from ..sql import Query
 from .base import Row, column_names, copy_statement
 
@@ -36,24 +40,13 @@ class DjangoSync:
 
     def fetch_one(self, query: Query, params: dict[str, Any] | None = None) -> Row | None:
         """The single enqueue's one row, on a cursor kept for it on the connection (see
-        ``_may_keep``), its timestamps read by the driver's own loader (``_read_times_natively``)."""
-        conn = self.conn
+        ``_may_keep``), its timestamps read by psycopg's own loader (``_read_times_natively``)."""
+        conn = _thread_connection(self.conn)
         if not _may_keep(conn):
             with conn.cursor() as cursor:
                 _read_times_natively(cursor.cursor)
                 return _first_row(query, cursor, params)
-        # What conn.cursor() does first: a health check (CONN_HEALTH_CHECKS) once per request,
-        # which may close the connection, and the thread check.
-        conn.close_if_health_check_failed()
-        kept = conn.__dict__.get(_KEPT)
-        if kept is not None and kept[0] is conn.connection:
-            conn.validate_thread_sharing()
-            cursor = kept[1]
-        else:  # the first insert on this connection, or Django has closed (or reopened) it since
-            cursor = conn.cursor()
-            _read_times_natively(cursor.cursor)
-            conn.__dict__[_KEPT] = (conn.connection, cursor)
-        return _first_row(query, cursor, params)
+        return _first_row(query, _kept_cursor(conn), params)
 
     def execute(self, query: Query, params: dict[str, Any] | None = None) -> None:
         with self.conn.cursor() as cursor:
@@ -78,6 +71,12 @@ class DjangoSync:
 _KEPT = "_awa_insert_cursor"
 
 
+def _thread_connection(conn: Any) -> Any:
+    """This thread's connection object behind ``django.db.connection``, a proxy that every thread
+    shares (it forwards each attribute it is asked for: the kept cursor must not live on it)."""
+    return connections[conn.alias] if isinstance(conn, ConnectionProxy) else conn
+
+
 def _may_keep(conn: Any) -> bool:
     """Whether a single enqueue may run on the kept cursor rather than a new one from
     ``conn.cursor()``, which costs a Django connection about 25 us a call (a psycopg cursor, Django's
@@ -85,18 +84,40 @@ def _may_keep(conn: Any) -> bool:
 
     Not when Django logs queries (``DEBUG``, ``assertNumQueries``: a debug cursor is made per call),
     when something replaced ``conn.cursor`` on the connection object (a query recorder such as the
-    debug toolbar's), or when the connection is shared between threads (a cursor's result is not).
-    Django's execute wrappers and anything patched onto its ``CursorWrapper`` class run either way:
-    the kept cursor is Django's own wrapper.
+    debug toolbar's, a test case's refusal of a database it does not declare; Django's test cases
+    put the method itself back, which counts as not replaced), or when the connection is shared
+    between threads (a cursor's result is not). Django's execute wrappers and anything patched onto
+    its ``CursorWrapper`` class run either way: the kept cursor is Django's own wrapper.
     """
-    return not (conn.queries_logged or "cursor" in conn.__dict__ or conn.allow_thread_sharing)
+    if conn.queries_logged or conn.allow_thread_sharing:
+        return False
+    cursor = conn.__dict__.get("cursor")
+    return cursor is None or getattr(cursor, "__func__", None) is type(conn).cursor
+
+
+@async_unsafe  # Django's SynchronousOnlyOperation inside an event loop, as conn.cursor() raises it
+def _kept_cursor(conn: Any) -> Any:
+    """The cursor kept on ``conn``, after the checks ``conn.cursor()`` makes before it makes one (and,
+    by the decorator, no running event loop in this thread): the health check (``CONN_HEALTH_CHECKS``,
+    once per request, which may close the connection), a connection (opened if need be, and refused
+    where a test may not use the database), and this thread's own."""
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    kept = conn.__dict__.get(_KEPT)
+    if kept is not None and kept[0] is conn.connection:
+        conn.validate_thread_sharing()
+        return kept[1]
+    cursor = conn.cursor()  # the first insert on this connection, or Django has closed (or reopened) it
+    _read_times_natively(cursor.cursor)
+    conn.__dict__[_KEPT] = (conn.connection, cursor)
+    return cursor
 
 
 def _read_times_natively(raw: Any) -> None:
-    """Make ``raw`` (the driver's cursor) read timestamps with the driver's own loader, not the one
+    """Make ``raw`` (psycopg 3's cursor) read timestamps with psycopg's own loader, not the one
     Django registers: that one is Python (about 45,000 instructions a value) and gives naive
-    datetimes under ``USE_TZ = False``. psycopg 3's is C when psycopg's binary or C part is there;
-    psycopg2 (untested here) is told to make aware ones."""
+    datetimes under ``USE_TZ = False`` (exact in UTC but for the hour a DST change repeats).
+    psycopg's is C when psycopg's binary or C part is there. psycopg2 keeps Django's."""
     adapters = getattr(raw, "adapters", None)
     if adapters is not None:
         from psycopg import postgres
@@ -104,10 +125,6 @@ def _read_times_natively(raw: Any) -> None:
 
         oid = postgres.types["timestamptz"].oid
         adapters.register_loader(oid, postgres.adapters.get_loader(oid, Format.TEXT))
-    elif hasattr(raw, "tzinfo_factory"):
-        from datetime import timezone
-
-        raw.tzinfo_factory = timezone
 
 
 def _first_row(query: Query, cursor: Any, params: dict[str, Any] | None) -> Row | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import unittest
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,8 +11,11 @@ import psycopg
 import pytest
 from django.core.signals import request_finished, request_started
 from django.db import DataError, connection, transaction
+from django.test import SimpleTestCase
+from django.test.testcases import DatabaseOperationForbidden
 from django.test.utils import CaptureQueriesContext
 
+import awa_bridge
 import awa_django
 from awa_bridge import UniqueConflict, ValidationError, admin
 from awa_django.models import Job
@@ -47,7 +52,7 @@ def test_the_returned_job_has_aware_utc_times_whatever_use_tz_says(awa: None, se
     """Under ``USE_TZ = False`` Django's loader reads a timestamptz as a naive local time; the ``Job``
     that insert_job returns has the same aware UTC times as on every other driver, equal to the row's."""
     settings.USE_TZ = False
-    settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: a naive local time would be off by hours, not equal
+    settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: the session's, and the process's, time zone
     later = datetime(2031, 5, 6, 7, 8, 9, 123_456, tzinfo=UTC)
     now_job = awa_django.insert_job({"n": 1}, kind="k")
     later_job = awa_django.insert_job({"n": 2}, kind="k", run_at=later)
@@ -77,24 +82,31 @@ def _inserts(sqls: list[str]) -> int:
     return sum("INSERT INTO awa.jobs" in sql for sql in sqls)
 
 
-def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None, settings: Any) -> None:
-    """insert_job keeps one cursor per connection rather than making one per call, yet each call still
-    runs through Django's cursor wrapper: execute wrappers see it, a query log records it (and the
-    times stay aware UTC there too), a ``connection.cursor`` replaced on the object is called, and a
-    closed connection is opened again rather than its old cursor used."""
-    settings.USE_TZ = False
-    seen: list[str] = []
+def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None) -> None:
+    """insert_job keeps one cursor per connection (and thread) rather than making one per call, yet
+    each call still runs through Django's cursor wrapper: execute wrappers see it (on the kept
+    cursor: the same one each time), a query log records it (on a debug cursor of its own), a
+    ``connection.cursor`` replaced on the object is called, and a closed connection is opened again
+    rather than its old cursor used; through ``django.db.connection`` (the README's door, a proxy
+    every thread shares) as through ``awa_django.insert_job``."""
+    cursors: list[Any] = []
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        seen.append(sql)
+        if "INSERT INTO awa.jobs" in sql:
+            cursors.append(context["cursor"])
         return execute(sql, params, many, context)
 
+    def insert(n: int) -> Job:
+        if n % 2:
+            return awa_django.insert_job({"n": n}, kind="k")
+        return awa_bridge.insert_job(connection, {"n": n}, kind="k")
+
     with connection.execute_wrapper(wrapper):
-        jobs = [awa_django.insert_job({"n": n}, kind="k") for n in range(2)]
-    assert _inserts(seen) == 2
-    with CaptureQueriesContext(connection) as log:
-        jobs.append(awa_django.insert_job({"n": 2}, kind="k"))
+        jobs = [insert(n) for n in range(3)]
+        with CaptureQueriesContext(connection) as log:
+            jobs.append(insert(3))
     assert _inserts([query["sql"] for query in log.captured_queries]) == 1
+    assert len(cursors) == 4 and cursors[0] is cursors[1] is cursors[2] is not cursors[3]
     made: list[str] = []
     original = connection.cursor
 
@@ -104,16 +116,42 @@ def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None, settings: A
 
     connection.cursor = recording_cursor  # type: ignore[method-assign]
     try:
-        jobs += [awa_django.insert_job({"n": n}, kind="k") for n in (3, 4)]
+        jobs += [insert(n) for n in (4, 5)]
     finally:
         del connection.cursor
     assert made == ["cursor", "cursor"]
     connection.close()
-    jobs.append(awa_django.insert_job({"n": 5}, kind="k"))
-    assert [job.args["n"] for job in jobs] == list(range(6))
+    jobs.append(insert(6))
+    assert [job.args["n"] for job in jobs] == list(range(7))
     assert all(job.created_at.tzinfo is UTC and job.run_at == job.created_at for job in jobs)
     returned = [(_epoch_us(job.run_at), _epoch_us(job.created_at)) for job in jobs]
     assert returned == _row_times([job.id for job in jobs])
+
+
+def test_a_test_case_without_the_database_refuses_an_insert_on_the_kept_cursor(awa: None) -> None:
+    """Django's ``SimpleTestCase`` refuses the database to its tests; an insert there fails as any
+    query would, though a cursor was kept on the connection before, and the next insert after it
+    uses the kept cursor again."""
+    cursors: list[Any] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        cursors.append(context["cursor"])
+        return execute(sql, params, many, context)
+
+    class WithoutTheDatabase(SimpleTestCase):
+        def test_insert(self) -> None:
+            with self.assertRaises(DatabaseOperationForbidden):
+                awa_bridge.insert_job(connection, {"n": 2}, kind="k")
+
+    with connection.execute_wrapper(wrapper):
+        awa_bridge.insert_job(connection, {"n": 1}, kind="k")
+        result = unittest.TextTestRunner(stream=io.StringIO()).run(
+            unittest.defaultTestLoader.loadTestsFromTestCase(WithoutTheDatabase)
+        )
+        awa_bridge.insert_job(connection, {"n": 3}, kind="k")
+    assert result.wasSuccessful(), result.failures + result.errors
+    assert len(cursors) == 2 and cursors[0] is cursors[1]
+    assert sorted(Job.objects.values_list("args", flat=True), key=str) == [{"n": 1}, {"n": 3}]
 
 
 def test_a_persistent_connection_the_server_dropped_is_replaced_before_an_insert(awa: None) -> None:
