@@ -661,6 +661,8 @@ async def test_the_returned_times_are_the_rows_times_on_awa_pgs_storage(awa_db: 
     await client.start([("storage", 1)], poll_interval_ms=50)
     await client.shutdown()
     await client.close()
+    with pytest.raises(awa_bridge.ForeignSchema, match="queue storage"):  # the switch happened
+        awa_bridge.admin.run_now(awa_db.url, 1)
     await asyncio.to_thread(insert_and_compare)
 
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.utils.asyncio import async_unsafe
 from django.utils.connection import ConnectionProxy
 
 from ..sql import Query
@@ -95,11 +94,10 @@ def _may_keep(conn: Any) -> bool:
     return cursor is None or getattr(cursor, "__func__", None) is type(conn).cursor
 
 
-@async_unsafe  # Django's SynchronousOnlyOperation inside an event loop, as conn.cursor() raises it
 def _kept_cursor(conn: Any) -> Any:
-    """The cursor kept on ``conn``, after the checks ``conn.cursor()`` makes before it makes one (and,
-    by the decorator, no running event loop in this thread): the health check (``CONN_HEALTH_CHECKS``,
-    once per request, which may close the connection), a connection (opened if need be, and refused
+    """The cursor kept on ``conn``, after the checks ``conn.cursor()`` makes before it makes one: the
+    health check (``CONN_HEALTH_CHECKS``, once per request, which may close the connection), a
+    connection (opened if need be; refused inside an event loop, ``SynchronousOnlyOperation``, and
     where a test may not use the database), and this thread's own."""
     conn.close_if_health_check_failed()
     conn.ensure_connection()

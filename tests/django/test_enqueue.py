@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import unittest
 from datetime import UTC, datetime, timedelta
@@ -9,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.core.exceptions import SynchronousOnlyOperation
 from django.core.signals import request_finished, request_started
 from django.db import DataError, connection, transaction
 from django.test import SimpleTestCase
@@ -129,9 +131,9 @@ def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None) -> None:
 
 
 def test_a_test_case_without_the_database_refuses_an_insert_on_the_kept_cursor(awa: None) -> None:
-    """Django's ``SimpleTestCase`` refuses the database to its tests; an insert there fails as any
-    query would, though a cursor was kept on the connection before, and the next insert after it
-    uses the kept cursor again."""
+    """Django's ``SimpleTestCase`` refuses the database to its tests, and Django refuses its sync
+    database API inside an event loop; an insert fails there as any query would, though a cursor was
+    kept on the connection before, and the next insert after them uses the kept cursor again."""
     cursors: list[Any] = []
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -143,11 +145,16 @@ def test_a_test_case_without_the_database_refuses_an_insert_on_the_kept_cursor(a
             with self.assertRaises(DatabaseOperationForbidden):
                 awa_bridge.insert_job(connection, {"n": 2}, kind="k")
 
+    async def in_an_event_loop() -> None:
+        with pytest.raises(SynchronousOnlyOperation):
+            awa_bridge.insert_job(connection, {"n": 4}, kind="k")
+
     with connection.execute_wrapper(wrapper):
         awa_bridge.insert_job(connection, {"n": 1}, kind="k")
         result = unittest.TextTestRunner(stream=io.StringIO()).run(
             unittest.defaultTestLoader.loadTestsFromTestCase(WithoutTheDatabase)
         )
+        asyncio.run(in_an_event_loop())  # Django's sync-only guard, as for any query
         awa_bridge.insert_job(connection, {"n": 3}, kind="k")
     assert result.wasSuccessful(), result.failures + result.errors
     assert len(cursors) == 2 and cursors[0] is cursors[1]
