@@ -186,15 +186,13 @@ def main(argv: list[str] | None = None) -> None:
             " server instructions per call | x bare | sent as text (Django): per call | x bare |"
         )
         print("|---|---:|---:|---:|---:|")
-        bases: list[int] = []
+        bases: dict[bool, int] = {}  # the first case's count, prepared and as text
         for case in CASES:
             cells = []
-            for index, as_text in enumerate((False, True)):
+            for as_text in (False, True):
                 counts = [cluster.instructions(case, calls, as_text) for calls in (args.large, args.small)]
                 per_call = (counts[0] - counts[1]) // (args.large - args.small)
-                if len(bases) <= index:
-                    bases.append(per_call)
-                cells += [f"{per_call:,}", f"{per_call / bases[index]:.2f}"]
+                cells += [f"{per_call:,}", f"{per_call / bases.setdefault(as_text, per_call):.2f}"]
             print(f"| {case} | {' | '.join(cells)} |")
 
 

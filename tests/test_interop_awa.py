@@ -596,10 +596,8 @@ def test_django_admin_says_awa_pg_storage_is_not_supported(awa_db: AwaDatabase) 
         assert " 501 " in line and "awa-pg" in line and "supports only" in line, line
 
 
-async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_supported(awa_db: AwaDatabase) -> None:
-    from datetime import UTC, datetime, timedelta
-
-    # awa-pg's worker switches the database to its queue storage when it starts.
+async def switch_to_queue_storage(awa_db: AwaDatabase) -> None:
+    """Start and stop awa-pg's own worker: when it starts, it switches the database to its queue storage."""
     client = awa.AsyncClient(awa_db.awa_url)
 
     @client.task("noop", queue="storage")
@@ -609,6 +607,12 @@ async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_support
     await client.start([("storage", 1)], poll_interval_ms=50)
     await client.shutdown()
     await client.close()
+
+
+async def test_admin_operations_on_awa_pg_queue_storage_say_they_are_not_supported(awa_db: AwaDatabase) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    await switch_to_queue_storage(awa_db)
     with psycopg.connect(awa_db.url) as conn:
         job = insert_job_sync(conn, {"n": 1}, kind="later", run_at=datetime.now(UTC) + timedelta(hours=1))
         conn.commit()
@@ -652,15 +656,7 @@ async def test_the_returned_times_are_the_rows_times_on_awa_pgs_storage(awa_db: 
         assert all(job.created_at.tzinfo is UTC and job.run_at.tzinfo is UTC for job in jobs)
 
     insert_and_compare()
-    client = awa.AsyncClient(awa_db.awa_url)  # its worker switches the database to queue storage
-
-    @client.task("noop", queue="storage")
-    async def noop(job: Any) -> None:
-        return None
-
-    await client.start([("storage", 1)], poll_interval_ms=50)
-    await client.shutdown()
-    await client.close()
+    await switch_to_queue_storage(awa_db)
     with pytest.raises(awa_bridge.ForeignSchema, match="queue storage"):  # the switch happened
         awa_bridge.admin.run_now(awa_db.url, 1)
     await asyncio.to_thread(insert_and_compare)

@@ -122,9 +122,17 @@ def test_every_insert_goes_through_djangos_cursor_wrapper(awa: None) -> None:
     finally:
         del connection.cursor
     assert made == ["cursor", "cursor"]
+    cursors.clear()
+    connection.inc_thread_sharing()  # a connection lent to other threads: a cursor per call again
+    try:
+        with connection.execute_wrapper(wrapper):
+            jobs += [insert(n) for n in (6, 7)]
+    finally:
+        connection.dec_thread_sharing()
+    assert len(cursors) == 2 and cursors[0] is not cursors[1]
     connection.close()
-    jobs.append(insert(6))
-    assert [job.args["n"] for job in jobs] == list(range(7))
+    jobs.append(insert(8))
+    assert [job.args["n"] for job in jobs] == list(range(9))
     assert all(job.created_at.tzinfo is UTC and job.run_at == job.created_at for job in jobs)
     returned = [(_epoch_us(job.run_at), _epoch_us(job.created_at)) for job in jobs]
     assert returned == _row_times([job.id for job in jobs])
