@@ -111,10 +111,10 @@ class Databases:
 
     def create(self, system: str) -> str:
         name = f"{self.prefix}_{system}"
+        self.made.append(name)  # before it exists: a stop mid-CREATE still drops it
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
-        self.made.append(name)
         return with_dbname(self.server_url, name)
 
     def drop_all(self) -> None:

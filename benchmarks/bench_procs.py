@@ -214,16 +214,36 @@ _terminated = False
 
 
 def _sigterm_as_ctrl_c(signum: int, frame: Any) -> None:
-    """SIGTERM does what Ctrl-C does: ``asyncio.run`` cancels its main task (so every ``finally``,
-    awaits included, runs before ``KeyboardInterrupt`` comes out of it); elsewhere KeyboardInterrupt."""
+    """SIGTERM does what Ctrl-C does, at a point where stopping is safe.
+
+    A Python signal handler runs between any two bytecodes: inside a C extension's callback
+    (asyncpg's protocol part way through a reply) or between ``CREATE DATABASE`` and the line that
+    records the database for dropping. Raising ``KeyboardInterrupt`` there (what happens when
+    SIGINT is ignored, as in a shell's background job, CI's included) left a database behind or
+    crashed the process with SIGSEGV. So under a running event loop the stop is handed to the loop
+    and made between two callbacks; without one, here (plain code, nothing asynchronous half done).
+    """
     global _terminated
     if _terminated:  # a second ``kill`` must not cut the clean-up short
         return
     _terminated = True
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop running in this thread
+        _interrupt()
+    else:
+        loop.call_soon_threadsafe(_interrupt)
+
+
+def _interrupt() -> None:
+    """Ctrl-C's effect: ``asyncio.run``'s SIGINT handler cancels its main task, so every ``finally``
+    (awaits included) runs before ``KeyboardInterrupt`` comes out of ``asyncio.run``. Where SIGINT is
+    ignored asyncio installs no handler, and ``KeyboardInterrupt`` raised from a loop callback comes
+    out of the loop, whose runner then cancels the main task and runs the same ``finally`` blocks."""
     handler = signal.getsignal(signal.SIGINT)
-    if not callable(handler):  # SIGINT ignored (a shell's background job): asyncio.run has no handler of its own
+    if not callable(handler):
         raise KeyboardInterrupt
-    handler(signal.SIGINT, frame)
+    handler(signal.SIGINT, None)
 
 
 def run_main(main: Callable[[], int | None], interrupted: str = INTERRUPTED) -> NoReturn:

@@ -123,8 +123,8 @@ class Databases:
 
     def template(self, system: str) -> str:
         name = f"{self.prefix}_{system.replace('-', '_')}"
+        self.made.append(name)  # before it exists: a stop mid-CREATE still drops it
         self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-        self.made.append(name)
         return name
 
     def copy(self, template: str) -> str:
@@ -133,6 +133,7 @@ class Databases:
 
         self.runs += 1
         name = f"{template}_r{self.runs}"
+        self.made.append(name)
         for attempt in range(50):
             try:
                 self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
@@ -141,7 +142,6 @@ class Databases:
                 if attempt == 49:
                     raise
                 time.sleep(0.1)
-        self.made.append(name)
         return name
 
     def drop(self, name: str) -> None:

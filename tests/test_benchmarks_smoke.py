@@ -227,8 +227,7 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A shell's background job ignores SIGINT; a terminal's Ctrl-C does not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=sigint(signal.SIG_DFL),  # a terminal's Ctrl-C
     )
     try:
         parent = psutil.Process(proc.pid)
@@ -257,7 +256,19 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
     assert leftover_databases(server_url, proc.pid) == []
 
 
+def sigint(disposition: signal.Handlers) -> Any:
+    """A ``preexec_fn`` giving the child SIGINT's ``disposition``: ignored is a shell's background
+    job (CI's own run, often), the default a terminal's foreground; the two stop differently."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
+SIGINT_DISPOSITIONS = pytest.mark.parametrize(
+    "disposition", [signal.SIG_IGN, signal.SIG_DFL], ids=["sigint-ignored", "sigint-default"]
+)
+
+
 @pytest.mark.slow
+@SIGINT_DISPOSITIONS
 @pytest.mark.parametrize(
     ("script", "args", "prefix", "database"),
     [
@@ -266,7 +277,7 @@ def test_interrupted_soak_stops_its_workers_and_drops_its_database(server_url: s
     ],
 )
 def test_sigterm_stops_a_benchmark_and_drops_its_databases(
-    server_url: str, script: str, args: tuple[str, ...], prefix: str, database: str
+    server_url: str, script: str, args: tuple[str, ...], prefix: str, database: str, disposition: signal.Handlers
 ) -> None:
     """A plain ``kill`` mid-run: every database dropped, every worker process stopped, one line, status 143."""
     proc = subprocess.Popen(
@@ -275,6 +286,7 @@ def test_sigterm_stops_a_benchmark_and_drops_its_databases(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint(disposition),
     )
     try:
         deadline = time.monotonic() + 60
@@ -299,6 +311,54 @@ def test_sigterm_stops_a_benchmark_and_drops_its_databases(
     assert "dropped" in err.splitlines()[-1]
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert leftover_databases(server_url, proc.pid, prefix) == []
+
+
+STOP_PROBE = """
+import asyncio, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import bench_procs
+
+async def amain():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs as kill returns, mid-statement
+        print("the code in progress went on", flush=True)
+        await asyncio.sleep(30)
+        print("not stopped", flush=True)
+    finally:
+        await asyncio.sleep(0)
+        print("clean-up awaited", flush=True)
+
+def main():
+    if sys.argv[2] == "loop":
+        asyncio.run(amain())
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("not stopped", flush=True)
+
+bench_procs.run_main(main, "interrupted: probe")
+"""
+
+
+@SIGINT_DISPOSITIONS
+def test_sigterm_stops_between_two_callbacks_never_inside_one(disposition: signal.Handlers) -> None:
+    """Under an event loop SIGTERM's stop waits for the code in progress to reach an ``await``:
+    raised where the signal lands (inside asyncpg's protocol callback, or between ``CREATE
+    DATABASE`` and recording it), it crashed a benchmark or left a database behind. The
+    clean-up's awaits still run; without a loop the stop is immediate."""
+    for where, expected in [
+        ("loop", ["the code in progress went on", "clean-up awaited"]),
+        ("plain", []),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-c", STOP_PROBE, str(BENCH), where],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=sigint(disposition),
+        )
+        assert done.returncode == 143, done.stderr[-2000:]
+        assert done.stdout.splitlines() == expected, (where, done.stdout, done.stderr[-2000:])
+        assert done.stderr.splitlines() == ["interrupted: probe"], (where, done.stderr[-2000:])
 
 
 UNREACHABLE = "postgresql://postgres:secret@127.0.0.1:1/postgres"
