@@ -48,6 +48,11 @@ def job(probe: Probe, job_id: int) -> dict[str, Any]:
     return dict(zip(names, row, strict=True))
 
 
+def retried_after(probe: Probe, job_id: int) -> float:
+    """Seconds from the first execution's ledger row to the last one's."""
+    return float(probe.value("SELECT extract(epoch FROM max(at) - min(at)) FROM t_ledger WHERE job_id = %s", (job_id,)))
+
+
 def ledger(probe: Probe, job_id: int) -> list[tuple[int, int, str]]:
     """(attempt, run_lease, worker) per execution, in order."""
     return [
@@ -304,10 +309,32 @@ def test_connection_lost_on_the_last_attempt_fails_the_job_and_not_the_queue(
     assert (row["state"], row["attempt"], row["n_errors"]) == ("failed", 2, 2)
     assert row["first_error"]["type"] == "AdminShutdown"
     assert [a for a, _, _ in ledger(probe, lost)] == [1, 2]
+    assert retried_after(probe, lost) >= 2.0  # the attempt's own backoff, not the runtime path's 1 s
+    assert not worker.logged("attempt failed inside the worker")
 
     [after] = enqueue(app_db, "ledger", queue)
     wait_for(lambda: job(probe, after)["state"] == "completed", 10, "the queue to keep working")
     assert not worker.logged("violates check constraint")
+
+
+def test_a_completion_effect_whose_connection_dies_retries_the_job_with_its_backoff(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """``job.on_complete``'s transaction loses its connection before it commits: nothing of it
+    committed, so the job is retried on its own backoff with the connection error recorded, and
+    the effect commits once, with the second attempt's completion. Regression: the lost connection
+    went up as a failure of the worker itself (a traceback, a fixed 1 s retry)."""
+    queue = unique_queue()
+    worker = workers.start(queue, name="w").wait_started()
+    [lost] = enqueue(app_db, "effect_lost_connection", queue, max_attempts=3)
+    wait_for(lambda: job(probe, lost)["state"] in ("failed", "completed"), 30, "the job to be retried and complete")
+    row = job(probe, lost)
+    assert (row["state"], row["attempt"], row["n_errors"]) == ("completed", 2, 1)
+    assert row["first_error"]["type"] == "AdminShutdown"
+    assert [a for a, _, _ in ledger(probe, lost)] == [1, 2]
+    assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (lost,)) == 1
+    assert retried_after(probe, lost) >= 2.0  # backoff_seconds(1): 2 to 2.5 s; the runtime path's retry was 1 s
+    assert not worker.logged("attempt failed inside the worker") and not worker.logged("Traceback")
 
 
 # -- B. claims across processes ---------------------------------------------------------

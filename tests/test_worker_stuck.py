@@ -332,6 +332,7 @@ def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any
     [
         ("tx_effect", b"COMMIT", b"COMMIT\x00"),  # sync transactional (psycopg)
         ("tx_effect_async", b"COMMIT", b"COMMIT\x00"),  # async transactional (asyncpg)
+        ("effect_on_complete", b"COMMIT", b"COMMIT\x00"),  # a plain handler's job.on_complete (psycopg)
         # The batched completion: its one row comes back through fetchrow, whose Execute stops at one
         # row (PortalSuspended, "s"), then ReadyForQuery ("Z"), sent after the commit. Not "SELECT 1":
         # asyncpg's type lookup on first use, before the statement runs, answers that too.

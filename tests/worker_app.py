@@ -28,6 +28,10 @@ connection before the handler goes on:
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
 - ``tx_lost_connection``: transactional (sync); records, then its transaction's
   backend is terminated under it, as in a failover.
+- ``effect_on_complete``: a plain handler; records, and registers a completion effect
+  (``job.on_complete``) inserting one row into ``t_effects(job_id)``, committed with the completion.
+- ``effect_lost_connection``: the same, but while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` the
+  effect first terminates its own backend, as in a failover mid-completion.
 - ``gc_state``: records, and keeps the process's garbage-collector settings in the
   job's metadata (``gc_threshold``, ``gc_frozen``): what ``Client.run`` tuned.
 - ``loop_state`` (async): records, and keeps the class of the loop it runs on in the job's
@@ -230,6 +234,24 @@ async def tx_effect_async(job: Any) -> None:
 def tx_lost_connection(job: Any) -> None:
     record(job)
     job.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def _insert_effect(job: Any) -> Any:
+    return lambda conn: conn.execute("INSERT INTO t_effects (job_id) VALUES (%s)", (job.id,))
+
+
+@client.task("effect_on_complete")
+def effect_on_complete(job: Any) -> None:
+    record(job)
+    job.on_complete(_insert_effect(job))
+
+
+@client.task("effect_lost_connection")
+def effect_lost_connection(job: Any) -> None:
+    record(job)
+    if job.attempt < HANG_UNTIL_ATTEMPT:
+        job.on_complete(lambda conn: conn.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
+    job.on_complete(_insert_effect(job))
 
 
 class GatewayTimeout(Exception):

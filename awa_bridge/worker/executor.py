@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.errors import first_line, is_connection_failure, is_operational
+from ..drivers.errors import first_line, is_connection_failure
 from ..errors import StaleAttempt
 from .aio import call_from_thread
 from .completer import Completer, finalize_one, is_transient
@@ -411,11 +411,12 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
         log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
         call_from_thread(ex.loop, ex.completer.report, ctx, outcome, False)
         return
-    except Exception as exc:
-        if is_operational(exc):
-            raise
+    except Exception as exc:  # an effect failed, or the connection did: the job is retried
         failure = outcome_of_exception(exc, ctx.attempt, ctx.max_attempts)
-        call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
+        if is_connection_failure(exc):  # perhaps at the commit, which may have happened: read it back
+            call_from_thread(ex.loop, ex.completer.resolve, ctx, outcome, failure)
+        else:
+            call_from_thread(ex.loop, ex.completer.submit, ctx, failure)
         return
     call_from_thread(ex.loop, ex.completer.report, ctx, outcome, True)
 
