@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -323,7 +325,9 @@ def test_a_transactional_handler_refused_its_connection_is_released_unspent(
     queue = unique_queue()
     role = limited_role
     role_url = as_role(app_db, role)
-    worker = workers.start(f"{queue}:8", url=role_url, env={"AWA_TX_MAX_SLEEP": "0.01"}).wait_started()
+    worker = workers.start(
+        f"{queue}:8", url=role_url, env={"AWA_TX_MAX_SLEEP": "0.01", "AWA_PRINT_HOOKS": "1"}
+    ).wait_started()
     warm = enqueue(app_db, queue, ["tx_effect_async", "tx_effect"])
     wait_for(lambda: probe.states(queue) == {"completed": warm}, 15, "the handler pools to open")
     assert handler_backends(probe, role) >= 2
@@ -362,5 +366,10 @@ def test_a_transactional_handler_refused_its_connection_is_released_unspent(
     total, distinct = effects(probe, queue)
     assert (total, distinct) == (count, count)
     assert not any(worker.logged(text) for text in UNHANDLED), worker.output
+    # The started hook fired once per job: for the attempt that ran, not for those handed back.
+    ids = [row[0] for row in probe.rows("SELECT id FROM awa.jobs WHERE queue = %s", (queue,))]
+    wait_for(lambda: all(worker.logged(f"hook completed job {i}") for i in ids), 10, "the completed hooks")
+    started = Counter(re.findall(r"^hook started job (\d+)$", worker.output, re.M))
+    assert started == Counter({str(i): 1 for i in ids}), started
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0, worker.output

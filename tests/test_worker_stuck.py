@@ -374,6 +374,38 @@ def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(
         proxy.close()
 
 
+def test_a_handler_connection_lost_as_it_is_handed_back_leaves_the_committed_attempt_completed(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """An async transactional attempt commits; then the pool's reset of its connection (asyncpg's
+    ``pg_advisory_unlock_all(); ... RESET ALL``, sent on release) loses the connection. The attempt
+    is settled: reported completed once (the ``completed`` hook, no retry, no traceback), and the
+    pool's next connection runs the next job."""
+    parts = urlsplit(app_db)
+    socket_dir = parse_qs(parts.query).get("host", [""])[0]
+    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        via_proxy = urlunsplit(
+            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
+        )
+        queue = unique_queue()
+        worker = workers.start(queue, name="w", env={"AWA_PRINT_HOOKS": "1"}, url=via_proxy).wait_started()
+        proxy.arm(b"pg_advisory_unlock_all", b"RESET\x00")
+        [first] = enqueue(app_db, "tx_effect_async", queue)
+        worker.wait_log(f"hook completed job {first}", timeout=15)
+        assert proxy.cuts == 1
+        assert worker.logged(f"job {first}: its handler's connection was lost as it was released")
+        [second] = enqueue(app_db, "tx_effect_async", queue)
+        worker.wait_log(f"hook completed job {second}", timeout=15)
+        for job_id in (first, second):
+            row = job(probe, job_id)
+            assert (row["state"], row["attempt"], row["errors"]) == ("completed", 1, [])
+            assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (job_id,)) == 1
+        assert not worker.logged("superseded") and not worker.logged("Traceback")
+    finally:
+        proxy.close()
+
+
 # -- the process executor -------------------------------------------------------------------------------
 
 

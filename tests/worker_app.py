@@ -22,7 +22,8 @@ connection before the handler goes on:
   ran it: the process executor's children have pids of their own).
 - ``proc_overrun``: registered with ``executor="process"``; records like
   ``pid_ledger``, then sleeps 60 s while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``.
-- with ``AWA_PRINT_HOOKS`` set, the ``completed`` hook prints ``hook completed job N``.
+- with ``AWA_PRINT_HOOKS`` set, the ``completed`` and ``started`` hooks print ``hook completed job N``
+  and ``hook started job N``.
 - ``tx_effect`` (sync) and ``tx_effect_async``: transactional; insert one row
   into ``t_effects(job_id)`` through ``job.conn``, then sleep a random
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
@@ -216,6 +217,10 @@ if os.environ.get("AWA_PRINT_HOOKS"):
     @client.on("completed")
     def print_completed(job: Any) -> None:
         print(f"hook completed job {job.id}", flush=True)
+
+    @client.on("started")
+    def print_started(job: Any) -> None:
+        print(f"hook started job {job.id}", flush=True)
 
 
 @client.task("tx_effect", transactional=True)

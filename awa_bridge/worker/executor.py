@@ -100,10 +100,22 @@ def check_start_on_loop(ctx: JobContext) -> None:
     ctx._started = True
 
 
-def _guarded(fn: Any, ctx: JobContext) -> Any:
+def _guarded(ex: Executor, fn: Any, ctx: JobContext) -> Any:
     """A sync handler, on its thread: it runs only if the attempt is still live when a thread is free."""
     check_start(ctx)
+    announce_start(ex, ctx, from_thread=True)
     return fn(ctx)
+
+
+def announce_start(ex: Executor, ctx: JobContext, *, from_thread: bool = False) -> None:
+    """The ``started`` hook, as the handler is about to run, not when the attempt was claimed: one
+    handed back for want of a thread, a connection or time never started. It runs on the loop; from
+    a handler thread it is queued there ahead of anything the handler's end queues."""
+    if ex.hooks.listeners["started"]:
+        if from_thread:
+            call_from_thread(ex.loop, ex.hooks.fire, "started", ctx)
+        else:
+            ex.hooks.fire("started", ctx)
 
 
 def give_up(ctx: JobContext) -> bool:
@@ -160,13 +172,13 @@ async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) ->
     try:
         if handler.is_async:
             check_start_on_loop(ctx)  # the loop may have been blocked since the claim
-        if ex.hooks.listeners["started"]:
-            ex.hooks.fire("started", ctx)
         if handler.transactional:
             await run_transactional(ex, handler, ctx)
             return None
         if not handler.is_async and ex.executor_of(handler, ctx.queue) == "process":
             return await run_in_process(ex, handler, ctx)
+        if handler.is_async:
+            announce_start(ex, ctx)
         try:
             result = await (_invoke_async(handler, ctx) if handler.is_async else _invoke_sync(ex, handler, ctx))
         except (asyncio.CancelledError, NotStarted):
@@ -207,7 +219,7 @@ async def _invoke(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
 
 async def _invoke_sync(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
     timeout = seconds_left(ctx)
-    work = ex.threads.submit(ex.loop, _guarded, handler.fn, ctx)
+    work = ex.threads.submit(ex.loop, _guarded, ex, handler.fn, ctx)
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout) if timeout is not None else await work
     except TimeoutError:
@@ -238,6 +250,7 @@ async def run_in_process(ex: Executor, handler: Handler, ctx: JobContext) -> Out
 
     def attempt() -> Any:
         check_start(ctx)
+        announce_start(ex, ctx, from_thread=True)
         return pool.run(handler.fn, ctx, seconds_left(ctx))
 
     try:
@@ -367,6 +380,7 @@ async def _run_on(ex: Executor, handler: Handler, ctx: JobContext, db: Any) -> O
         async with db.transaction():
             ctx.conn = db.conn
             invoked = True
+            announce_start(ex, ctx)  # after BEGIN: a connection BEGIN finds gone releases the attempt
             try:
                 result = await _invoke(ex, handler, ctx)
             finally:
@@ -435,6 +449,7 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     try:
         with begin() as conn:
             check_start(ctx)  # again: the wait for a connection may have outlasted the deadline
+            announce_start(ex, ctx, from_thread=True)
             ctx.conn = conn
             invoked = True
             try:
