@@ -57,9 +57,7 @@ class DjangoSync:
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cursor:
-            raw = cursor.cursor  # the driver's cursor inside Django's wrapper
-            if not hasattr(raw, "copy"):
-                raise NotImplementedError("insert_many on Django needs the psycopg 3 backend for COPY")
+            raw = cursor.cursor  # psycopg 3's cursor inside Django's wrapper
             with raw.copy(copy_statement(table, columns)) as copy:
                 for row in rows:
                     copy.write_row(row)
@@ -115,14 +113,15 @@ def _read_times_natively(raw: Any) -> None:
     """Make ``raw`` (psycopg 3's cursor) read timestamps with psycopg's own loader, not the one
     Django registers: that one is Python (about 45,000 instructions a value) and gives naive
     datetimes under ``USE_TZ = False`` (exact in UTC but for the hour a DST change repeats).
-    psycopg's is C when psycopg's binary or C part is there. psycopg2 keeps Django's."""
-    adapters = getattr(raw, "adapters", None)
-    if adapters is not None:
-        from psycopg import postgres
-        from psycopg.pq import Format
+    psycopg's is C when psycopg's binary or C part is there.
 
-        oid = postgres.types["timestamptz"].oid
-        adapters.register_loader(oid, postgres.adapters.get_loader(oid, Format.TEXT))
+    Django's backend is always psycopg 3 here: it takes psycopg 3 whenever it can import it, and
+    awa-bridge depends on it (psycopg2, if installed too, goes unused)."""
+    from psycopg import postgres
+    from psycopg.pq import Format
+
+    oid = postgres.types["timestamptz"].oid
+    raw.adapters.register_loader(oid, postgres.adapters.get_loader(oid, Format.TEXT))
 
 
 def _first_row(query: Query, cursor: Any, params: dict[str, Any] | None) -> Row | None:
