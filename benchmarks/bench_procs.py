@@ -210,7 +210,8 @@ async def child_main(args: argparse.Namespace) -> None:
 # -- how a benchmark stops and fails ----------------------------------------------------
 
 INTERRUPTED = "interrupted: workers stopped, databases dropped"
-_terminated = False
+_terminated = False  # SIGTERM arrived
+_delivered = False  # and its stop was made (``_interrupt`` ran)
 
 
 def _sigterm_as_ctrl_c(signum: int, frame: Any) -> None:
@@ -222,9 +223,12 @@ def _sigterm_as_ctrl_c(signum: int, frame: Any) -> None:
     SIGINT is ignored, as in a shell's background job, CI's included) left a database behind or
     crashed the process with SIGSEGV. So under a running event loop the stop is handed to the loop
     and made between two callbacks; without one, here (plain code, nothing asynchronous half done).
+
+    A loop that was in its last round when the signal came closes without running that callback:
+    then another SIGTERM stops the script again, and ``run_main`` reports the stop either way.
     """
     global _terminated
-    if _terminated:  # a second ``kill`` must not cut the clean-up short
+    if _delivered:  # a second ``kill`` must not cut the clean-up short
         return
     _terminated = True
     try:
@@ -236,10 +240,15 @@ def _sigterm_as_ctrl_c(signum: int, frame: Any) -> None:
 
 
 def _interrupt() -> None:
-    """Ctrl-C's effect: ``asyncio.run``'s SIGINT handler cancels its main task, so every ``finally``
-    (awaits included) runs before ``KeyboardInterrupt`` comes out of ``asyncio.run``. Where SIGINT is
-    ignored asyncio installs no handler, and ``KeyboardInterrupt`` raised from a loop callback comes
-    out of the loop, whose runner then cancels the main task and runs the same ``finally`` blocks."""
+    """Ctrl-C's effect, once: ``asyncio.run``'s SIGINT handler cancels its main task, so every
+    ``finally`` (awaits included) runs before ``KeyboardInterrupt`` comes out of ``asyncio.run``. Where
+    SIGINT is ignored asyncio installs no handler, and ``KeyboardInterrupt`` raised from a loop
+    callback comes out of the loop, whose runner then cancels the main task and runs the same
+    ``finally`` blocks."""
+    global _delivered
+    if _delivered:  # two signals queued two calls: asyncio's handler would take the second as "stop now"
+        return
+    _delivered = True
     handler = signal.getsignal(signal.SIGINT)
     if not callable(handler):
         raise KeyboardInterrupt
@@ -251,15 +260,19 @@ def run_main(main: Callable[[], int | None], interrupted: str = INTERRUPTED) -> 
 
     Either one runs the script's clean-up (workers stopped, databases dropped; an embedded
     server stops at exit), then prints ``interrupted`` as one line to stderr, no traceback, and
-    exits 130 (Ctrl-C) or 143 (SIGTERM), the statuses a shell gives a process killed by them.
-    A crash in a C extension (a segfault) prints every thread's Python stack to stderr first, so
-    that a rare one seen once in CI says where it happened.
+    exits 130 (Ctrl-C) or 143 (SIGTERM), the statuses a shell gives a process killed by them; also
+    when a SIGTERM's stop was lost on the way (see ``_sigterm_as_ctrl_c``) and ``main()`` ended on
+    its own. A crash in a C extension (a segfault) prints every thread's Python stack to stderr
+    first, so that a rare one seen once in CI says where it happened.
     """
     faulthandler.enable()
     signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     try:
         status = main()
+        stopped = _terminated
     except KeyboardInterrupt:
+        stopped = True
+    if stopped:
         print(interrupted, file=sys.stderr)
         status = 143 if _terminated else 130
     sys.exit(status)

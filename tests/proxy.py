@@ -5,7 +5,10 @@ the server has committed, the client never hears so. Armed with a marker the
 client sends (``COMMIT``, or the text of a statement) and a marker of the
 server's reply (the ``CommandComplete`` tag), it forwards everything until a
 server reply carrying the tag follows the client's marker on the same
-connection; that reply is dropped and both sockets closed, once.
+connection; that reply is dropped and both sockets closed, once. Armed with no
+server marker, it cuts as the client sends its marker, which never reaches the
+server: the other side of the same instant (a ``COMMIT`` lost on its way, so
+nothing committed and the client cannot know).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class CuttingProxy:
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, name="test-proxy", daemon=True).start()
 
-    def arm(self, client_marker: bytes, server_marker: bytes) -> None:
+    def arm(self, client_marker: bytes, server_marker: bytes | None) -> None:
         with self._lock:
             self.client_marker, self.server_marker = client_marker, server_marker
 
@@ -46,6 +49,8 @@ class CuttingProxy:
         while data := _recv(client):
             marker = self.client_marker
             if marker is not None and marker in data:
+                if self._cut_before_server():
+                    break
                 seen.set()
             if not _send(server, data):
                 break
@@ -58,6 +63,14 @@ class CuttingProxy:
             if not _send(client, data):
                 break
         _close(client, server)
+
+    def _cut_before_server(self) -> bool:
+        with self._lock:
+            if self.client_marker is None or self.server_marker is not None:
+                return False
+            self.client_marker = None
+            self.cuts += 1
+            return True
 
     def _cut_now(self, data: bytes) -> bool:
         with self._lock:

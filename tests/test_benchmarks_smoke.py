@@ -328,9 +328,19 @@ async def amain():
         await asyncio.sleep(0)
         print("clean-up awaited", flush=True)
 
+class ClosingLoop(asyncio.SelectorEventLoop):
+    async def shutdown_default_executor(self, *args):
+        self.call_soon(os.kill, os.getpid(), signal.SIGTERM)  # in the loop's very last round
+
 def main():
     if sys.argv[2] == "loop":
         asyncio.run(amain())
+    elif sys.argv[2] == "lost":
+        with asyncio.Runner(loop_factory=ClosingLoop) as runner:
+            runner.run(asyncio.sleep(0))
+        print("the stop was lost with the loop", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("not stopped", flush=True)
     else:
         os.kill(os.getpid(), signal.SIGTERM)
         print("not stopped", flush=True)
@@ -344,10 +354,12 @@ def test_sigterm_stops_between_two_callbacks_never_inside_one(disposition: signa
     """Under an event loop SIGTERM's stop waits for the code in progress to reach an ``await``:
     raised where the signal lands (inside asyncpg's protocol callback, or between ``CREATE
     DATABASE`` and recording it), it crashed a benchmark or left a database behind. The
-    clean-up's awaits still run; without a loop the stop is immediate."""
+    clean-up's awaits still run; without a loop the stop is immediate. A stop handed to a loop in
+    its last round is lost with the loop: the next SIGTERM stops the script."""
     for where, expected in [
         ("loop", ["the code in progress went on", "clean-up awaited"]),
         ("plain", []),
+        ("lost", ["the stop was lost with the loop"]),
     ]:
         done = subprocess.run(
             [sys.executable, "-c", STOP_PROBE, str(BENCH), where],

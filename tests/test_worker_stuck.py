@@ -374,6 +374,39 @@ def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(
         proxy.close()
 
 
+@pytest.mark.parametrize("kind", ["tx_metadata", "tx_metadata_async"])
+def test_a_commit_lost_before_the_server_saw_it_retries_the_job_with_its_metadata(
+    app_db: str, probe: Probe, workers: Workers, kind: str
+) -> None:
+    """The other side of a lost commit: the COMMIT never reaches the server, so nothing of the
+    attempt committed. The worker reads the row back (still running under its lease) and writes
+    the retry, and the metadata the handler set goes with it, as with any retry. Regression: the
+    metadata was marked written before the COMMIT, and the retry dropped it."""
+    parts = urlsplit(app_db)
+    socket_dir = parse_qs(parts.query).get("host", [""])[0]
+    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        via_proxy = urlunsplit(
+            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
+        )
+        queue = unique_queue()
+        worker = workers.start(queue, name="w", url=via_proxy).wait_started()
+        proxy.arm(b"COMMIT", None)
+        [job_id] = enqueue(app_db, kind, queue, max_attempts=3)
+        wait_for(lambda: job(probe, job_id)["state"] == "completed", 20, "the retried job to complete")
+        assert proxy.cuts == 1
+        assert worker.logged(f"job {job_id}: the connection was lost before its outcome committed")
+        [(attempt, errors, metadata)] = probe.rows(
+            "SELECT attempt, cardinality(errors), metadata FROM awa.jobs WHERE id = %s", (job_id,)
+        )
+        assert (attempt, errors) == (2, 1)
+        assert metadata == {"attempt_1": True, "attempt_2": True}
+        assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (job_id,)) == 1
+        assert not worker.logged("Traceback")
+    finally:
+        proxy.close()
+
+
 def test_a_handler_connection_lost_as_it_is_handed_back_leaves_the_committed_attempt_completed(
     app_db: str, probe: Probe, workers: Workers
 ) -> None:

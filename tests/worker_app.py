@@ -29,6 +29,8 @@ connection before the handler goes on:
   0 to ``AWA_TX_MAX_SLEEP`` s (default 0.02) inside the transaction.
 - ``tx_lost_connection``: transactional (sync); records, then its transaction's
   backend is terminated under it, as in a failover.
+- ``tx_metadata`` (sync) and ``tx_metadata_async``: transactional; add ``attempt_<n>: true`` to the
+  job's metadata (``job.update_metadata``) and insert one row into ``t_effects(job_id)``.
 - ``effect_on_complete``: a plain handler; records, and registers a completion effect
   (``job.on_complete``) inserting one row into ``t_effects(job_id)``, committed with the completion.
 - ``effect_lost_connection``: the same, but while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` the
@@ -50,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import threading
 import time
 from typing import Any
@@ -216,11 +219,13 @@ if os.environ.get("AWA_PRINT_HOOKS"):
 
     @client.on("completed")
     def print_completed(job: Any) -> None:
-        print(f"hook completed job {job.id}", flush=True)
+        sys.stdout.write(f"hook completed job {job.id}\n")  # one write: no other line lands inside it
+        sys.stdout.flush()
 
     @client.on("started")
     def print_started(job: Any) -> None:
-        print(f"hook started job {job.id}", flush=True)
+        sys.stdout.write(f"hook started job {job.id}\n")
+        sys.stdout.flush()
 
 
 @client.task("tx_effect", transactional=True)
@@ -233,6 +238,18 @@ def tx_effect(job: Any) -> None:
 async def tx_effect_async(job: Any) -> None:
     await job.conn.execute("INSERT INTO t_effects (job_id) VALUES ($1)", job.id)
     await asyncio.sleep(random.uniform(0, TX_MAX_SLEEP))
+
+
+@client.task("tx_metadata", transactional=True)
+def tx_metadata(job: Any) -> None:
+    job.update_metadata({f"attempt_{job.attempt}": True})
+    job.conn.execute("INSERT INTO t_effects (job_id) VALUES (%s)", (job.id,))
+
+
+@client.task("tx_metadata_async", transactional=True)
+async def tx_metadata_async(job: Any) -> None:
+    job.update_metadata({f"attempt_{job.attempt}": True})
+    await job.conn.execute("INSERT INTO t_effects (job_id) VALUES ($1)", job.id)
 
 
 @client.task("tx_lost_connection", transactional=True)

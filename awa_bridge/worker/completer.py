@@ -214,7 +214,10 @@ class Completer:
                 done = set(row["ids"] or ()) if row is not None else set()
             results = [(c, o, c.id in done) for c, o in simple]
             for ctx, outcome in single:
-                results.append((ctx, outcome, await finalize_one(db, ctx, outcome)))
+                applied = await finalize_one(db, ctx, outcome)
+                if applied:  # no transaction around it: written is committed
+                    ctx.mark_flushed()
+                results.append((ctx, outcome, applied))
             unsure = [(c, o) for c, o, applied in results if not applied and c._write_uncertain]
             confirmed = await confirm_written(db, unsure) if unsure else set()
         if confirmed:
@@ -297,12 +300,12 @@ async def confirm_written(db: Asyncpg, items: list[tuple[JobContext, Outcome]]) 
 
 
 async def finalize_one(conn: Any, ctx: JobContext, outcome: Outcome) -> bool:
-    """One guarded write for one outcome on an asyncpg connection or its adapter (maybe inside a transaction)."""
+    """One guarded write for one outcome on an asyncpg connection or its adapter (maybe inside a
+    transaction). The caller marks the attempt's progress and metadata written once it is committed:
+    a commit lost unwritten retries the job with them."""
     if outcome.state == "completed":
         query, params = completion(ctx)
     else:
         query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
     row = await as_asyncpg(conn).fetch_one(query, params)
-    if row is not None:
-        ctx.mark_flushed()
     return row is not None

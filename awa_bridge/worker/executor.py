@@ -79,11 +79,17 @@ NO_CONNECTION_DELAY = 2.0
 _start_lock = threading.Lock()
 
 
-def check_start(ctx: JobContext) -> None:
+def check_start(ctx: JobContext, announce: Executor | None = None) -> None:
     """From a handler thread: ``check_start_on_loop`` under the lock ``give_up`` takes on the loop,
-    so that an attempt the worker gave up never starts, and one that started is known to have."""
+    so that an attempt the worker gave up never starts, and one that started is known to have.
+
+    With ``announce``, the attempt's ``started`` hook is queued on the loop under the same lock: a
+    ``give_up`` that finds the attempt started (and the outcome it leads to) then comes after it.
+    """
     with _start_lock:
         check_start_on_loop(ctx)
+        if announce is not None:
+            announce_start(announce, ctx, from_thread=True)
 
 
 def check_start_on_loop(ctx: JobContext) -> None:
@@ -102,15 +108,14 @@ def check_start_on_loop(ctx: JobContext) -> None:
 
 def _guarded(ex: Executor, fn: Any, ctx: JobContext) -> Any:
     """A sync handler, on its thread: it runs only if the attempt is still live when a thread is free."""
-    check_start(ctx)
-    announce_start(ex, ctx, from_thread=True)
+    check_start(ctx, announce=ex)
     return fn(ctx)
 
 
 def announce_start(ex: Executor, ctx: JobContext, *, from_thread: bool = False) -> None:
     """The ``started`` hook, as the handler is about to run, not when the attempt was claimed: one
     handed back for want of a thread, a connection or time never started. It runs on the loop; from
-    a handler thread it is queued there ahead of anything the handler's end queues."""
+    a handler thread (through ``check_start``) it is queued there ahead of any outcome."""
     if ex.hooks.listeners["started"]:
         if from_thread:
             call_from_thread(ex.loop, ex.hooks.fire, "started", ctx)
@@ -249,8 +254,7 @@ async def run_in_process(ex: Executor, handler: Handler, ctx: JobContext) -> Out
     pool = ex.pools.process_pool(ctx.queue)
 
     def attempt() -> Any:
-        check_start(ctx)
-        announce_start(ex, ctx, from_thread=True)
+        check_start(ctx, announce=ex)
         return pool.run(handler.fn, ctx, seconds_left(ctx))
 
     try:
@@ -403,6 +407,7 @@ async def _run_on(ex: Executor, handler: Handler, ctx: JobContext, db: Any) -> O
         else:
             ex.completer.submit(ctx, failure)
         return None
+    ctx.mark_flushed()  # committed
     return outcome
 
 
@@ -420,7 +425,7 @@ def complete_with_effects(ex: Executor, ctx: JobContext, outcome: Outcome) -> No
             query, params = completion(ctx)
             if not detect_sync(conn).fetch_all(query, params):
                 raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
-            ctx.mark_flushed()
+        ctx.mark_flushed()  # committed (not before: a commit lost unwritten retries with the patch)
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its completion effects were rolled back", ctx.id, ctx.attempt)
         call_from_thread(ex.loop, ex.completer.report, ctx, outcome, False)
@@ -448,8 +453,7 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
     invoked = False
     try:
         with begin() as conn:
-            check_start(ctx)  # again: the wait for a connection may have outlasted the deadline
-            announce_start(ex, ctx, from_thread=True)
+            check_start(ctx, announce=ex)  # again: the wait for a connection may have outlasted the deadline
             ctx.conn = conn
             invoked = True
             try:
@@ -463,7 +467,7 @@ def run_transactional_sync(ex: Executor, handler: Handler, ctx: JobContext) -> N
                 query, params = QUERIES["finish_attempt"], finish_params(ctx, outcome)
             if not detect_sync(conn).fetch_all(query, params):
                 raise StaleAttempt(f"job {ctx.id} run_lease {ctx.run_lease} was superseded")
-            ctx.mark_flushed()
+        ctx.mark_flushed()  # committed
     except StaleAttempt:
         log.warning("job %s: attempt %s was superseded; its writes were rolled back", ctx.id, ctx.attempt)
         call_from_thread(ex.loop, ex.completer.report, ctx, outcome or Outcome("completed"), False)
