@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 
 class CuttingProxy:
@@ -82,6 +84,19 @@ class CuttingProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+@contextlib.contextmanager
+def cutting_proxy(url: str) -> Iterator[tuple[CuttingProxy, str]]:
+    """A ``CuttingProxy`` in front of ``url``'s server, and ``url`` through it; closed afterwards."""
+    parts = urlsplit(url)
+    socket_dir = parse_qs(parts.query).get("host", [""])[0]  # the embedded server: a Unix socket only
+    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"
+        yield proxy, urlunsplit(parts._replace(netloc=netloc, query=""))
+    finally:
+        proxy.close()
 
 
 def _recv(sock: socket.socket) -> bytes:

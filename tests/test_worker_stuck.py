@@ -16,7 +16,6 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -24,7 +23,7 @@ import pytest
 import awa_bridge
 
 from .procs import Probe, Workers, create_ledger, scaled, unique_queue, wait_for
-from .proxy import CuttingProxy
+from .proxy import cutting_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -348,13 +347,7 @@ def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(
     completed (no 'superseded', no traceback), the ``completed`` hook fires,
     and the job ran and took effect once.
     """
-    parts = urlsplit(app_db)
-    socket_dir = parse_qs(parts.query).get("host", [""])[0]  # the embedded server: a Unix socket only
-    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        via_proxy = urlunsplit(
-            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
-        )
+    with cutting_proxy(app_db) as (proxy, via_proxy):
         queue = unique_queue()
         worker = workers.start(queue, name="w", env={"AWA_PRINT_HOOKS": "1"}, url=via_proxy).wait_started()
         proxy.arm(client_marker, server_marker)
@@ -370,8 +363,6 @@ def test_completion_whose_commit_was_lost_is_read_back_and_reported_completed(
             assert len(ledger(probe, job_id)) == 1
         else:
             assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (job_id,)) == 1
-    finally:
-        proxy.close()
 
 
 @pytest.mark.parametrize("kind", ["tx_metadata", "tx_metadata_async"])
@@ -382,13 +373,7 @@ def test_a_commit_lost_before_the_server_saw_it_retries_the_job_with_its_metadat
     attempt committed. The worker reads the row back (still running under its lease) and writes
     the retry, and the metadata the handler set goes with it, as with any retry. Regression: the
     metadata was marked written before the COMMIT, and the retry dropped it."""
-    parts = urlsplit(app_db)
-    socket_dir = parse_qs(parts.query).get("host", [""])[0]
-    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        via_proxy = urlunsplit(
-            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
-        )
+    with cutting_proxy(app_db) as (proxy, via_proxy):
         queue = unique_queue()
         worker = workers.start(queue, name="w", url=via_proxy).wait_started()
         proxy.arm(b"COMMIT", None)
@@ -403,8 +388,6 @@ def test_a_commit_lost_before_the_server_saw_it_retries_the_job_with_its_metadat
         assert metadata == {"attempt_1": True, "attempt_2": True}
         assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (job_id,)) == 1
         assert not worker.logged("Traceback")
-    finally:
-        proxy.close()
 
 
 def test_a_handler_connection_lost_as_it_is_handed_back_leaves_the_committed_attempt_completed(
@@ -414,13 +397,7 @@ def test_a_handler_connection_lost_as_it_is_handed_back_leaves_the_committed_att
     ``pg_advisory_unlock_all(); ... RESET ALL``, sent on release) loses the connection. The attempt
     is settled: reported completed once (the ``completed`` hook, no retry, no traceback), and the
     pool's next connection runs the next job."""
-    parts = urlsplit(app_db)
-    socket_dir = parse_qs(parts.query).get("host", [""])[0]
-    proxy = CuttingProxy(socket_dir or parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        via_proxy = urlunsplit(
-            parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}", query="")
-        )
+    with cutting_proxy(app_db) as (proxy, via_proxy):
         queue = unique_queue()
         worker = workers.start(queue, name="w", env={"AWA_PRINT_HOOKS": "1"}, url=via_proxy).wait_started()
         proxy.arm(b"pg_advisory_unlock_all", b"RESET\x00")
@@ -435,8 +412,6 @@ def test_a_handler_connection_lost_as_it_is_handed_back_leaves_the_committed_att
             assert (row["state"], row["attempt"], row["errors"]) == ("completed", 1, [])
             assert probe.value("SELECT count(*) FROM t_effects WHERE job_id = %s", (job_id,)) == 1
         assert not worker.logged("superseded") and not worker.logged("Traceback")
-    finally:
-        proxy.close()
 
 
 # -- the process executor -------------------------------------------------------------------------------
