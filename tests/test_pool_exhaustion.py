@@ -52,12 +52,22 @@ def enqueue(url: str, queue: str, kinds: list[str]) -> int:
     return inserted
 
 
+HANDLER_POOLS = ("awa-handler-async", "awa-handler-sync")
+
+
 def handler_backends(probe: Probe, role: str | None = None) -> int:
     """The worker's handler-pool backends now open (of ``role`` when given)."""
-    where = "application_name = 'awa-handler' AND datname = current_database()"
-    if role is not None:
-        return int(probe.value(f"SELECT count(*) FROM pg_stat_activity WHERE {where} AND usename = %s", (role,)))
-    return int(probe.value(f"SELECT count(*) FROM pg_stat_activity WHERE {where}"))
+    return sum(handler_backends_by_pool(probe, role).values())
+
+
+def handler_backends_by_pool(probe: Probe, role: str | None = None) -> dict[str, int]:
+    """The backends now open of each handler pool (asyncpg's, psycopg's), of ``role`` when given."""
+    rows = probe.rows(
+        "SELECT application_name, count(*) FROM pg_stat_activity WHERE application_name = ANY(%s) "
+        "AND datname = current_database() AND (%s::text IS NULL OR usename = %s) GROUP BY 1",
+        (list(HANDLER_POOLS), role, role),
+    )
+    return {pool: 0 for pool in HANDLER_POOLS} | {name: int(count) for name, count in rows}
 
 
 def test_more_slots_than_handler_connections_runs_everything_once(app_db: str, probe: Probe, workers: Workers) -> None:
@@ -70,23 +80,24 @@ def test_more_slots_than_handler_connections_runs_everything_once(app_db: str, p
     env = {"AWA_TX_MAX_SLEEP": "0.05", "AWA_HEARTBEAT_STALENESS": "5"}
     worker = workers.start(f"{queue}:60", env=env).wait_started()
 
-    most = 0
+    most = dict.fromkeys(HANDLER_POOLS, 0)
 
     def finished() -> bool:
-        nonlocal most
-        most = max(most, handler_backends(probe))
+        for pool, open_now in handler_backends_by_pool(probe).items():
+            most[pool] = max(most[pool], open_now)
         return probe.states(queue) == {"completed": count}
 
     wait_for(finished, 90, "every transactional job to complete", interval=0.02)
     assert worker.alive()
     # Two pools (async handlers on asyncpg, sync ones on psycopg), each capped; 60 slots wanted more.
-    assert most <= 2 * MAX_HANDLER_CONNECTIONS, f"{most} handler connections open at once"
-    assert most > MAX_HANDLER_CONNECTIONS // 2, f"only {most} handler connections: the slots never competed for them"
+    for pool, at_most in most.items():
+        assert at_most <= MAX_HANDLER_CONNECTIONS, f"{at_most} connections of {pool} open at once"
+        assert at_most > MAX_HANDLER_CONNECTIONS // 4, f"only {at_most} of {pool}: its slots never competed for them"
     total, distinct = probe.rows("SELECT count(*), count(DISTINCT job_id) FROM t_effects")[0]
     assert (total, distinct) == (count, count)
     assert probe.value("SELECT max(attempt) FROM awa.jobs WHERE queue = %s", (queue,)) == 1
     assert not worker.logged("Traceback"), worker.output
-    print(f"at most {most} handler connections for 60 slots")
+    print(f"at most {most} handler connections per pool for 60 slots")
 
 
 # -- the server refuses new connections -----------------------------------------------------
@@ -333,13 +344,13 @@ def test_a_transactional_handler_refused_its_connection_is_released_unspent(
     assert handler_backends(probe, role) >= 2
     with psycopg.connect(app_db, autocommit=True) as admin:
         kept = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND application_name <> 'awa-handler'", (role,)
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND NOT application_name = ANY(%s)",
+            (role, list(HANDLER_POOLS)),
         ).fetchone()[0]  # type: ignore[index]
         set_connection_limit(admin, role, kept)
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE usename = %s AND application_name = 'awa-handler'",
-            (role,),
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND application_name = ANY(%s)",
+            (role, list(HANDLER_POOLS)),
         )
     try:
         wait_for(lambda: handler_backends(probe, role) == 0, 10, "the handler backends to go")

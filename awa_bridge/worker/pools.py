@@ -44,7 +44,7 @@ class HandlerPools:
         async with self._tx_lock:
             if self._tx_pool is None:
                 self._tx_pool = await create_pool(
-                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler"
+                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler-async"
                 )
         return self._tx_pool
 
@@ -52,7 +52,7 @@ class HandlerPools:
         with self._sync_lock:
             if self._sync_pool is None:
                 self._sync_pool = create_sync_pool(
-                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler"
+                    self.database_url, min_size=1, max_size=self.size, application_name="awa-handler-sync"
                 )
             return self._sync_pool
 
