@@ -10,15 +10,18 @@ its queue (new jobs, promoted ones), within a poll interval otherwise.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
 
 import psycopg
+import pytest
 
 import awa_bridge
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
+from awa_bridge.worker import producer
 from awa_bridge.worker.config import QueueConfig
 from awa_bridge.worker.producer import claim_after
 
@@ -97,3 +100,54 @@ async def test_a_job_moved_before_the_point_without_a_notify_waits_at_most_a_pol
     await wait_until(lambda: quiet in started, timeout=10)
     assert started[quiet] - moved < 2 * poll + 0.5, started[quiet] - moved
     assert len(started) < 10_000, "it waited for the whole backlog"
+
+
+async def test_while_the_horizon_is_held_claims_continue_from_the_last_job_claimed(
+    make_client: Any, db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R31: with the MVCC horizon held, a claim from the start steps over the index entries of every
+    job that left 'available' since; the producer then continues every claim from the last job it
+    claimed (logged), still finds a job that sorts before that point (a claim from the start once a
+    second), and claims from the start again once they are fast (logged)."""
+    dead = 200_000  # about 40 ms a claim from the start on this machine, 2 ms once they can be killed
+    monkeypatch.setattr(producer, "SLOW_FROM_THE_START", 0.015)
+    caplog.set_level(logging.INFO, logger="awa_bridge.worker")
+    client = make_client()
+    started: list[int] = []
+
+    @client.task("work")
+    async def work(job: Any) -> None:
+        started.append(job.id)
+
+    async def run_one(**opts: Any) -> int:
+        job_id = insert(db_url, {}, kind="work", **opts)  # its NOTIFY asks for a claim
+        await wait_until(lambda: job_id in started)
+        return job_id
+
+    async def run_until(text: str) -> None:
+        for _ in range(60):
+            await run_one()
+            if text in caplog.text:
+                return
+            await asyncio.sleep(0.1)  # claims from the start are due once a second while held
+        raise AssertionError(f"never logged {text!r}: {caplog.text}")
+
+    holder = psycopg.connect(db_url)  # a transaction that took an id and sits idle: the horizon stops
+    try:
+        holder.execute("SELECT txid_current()")
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            with conn.transaction():
+                awa_bridge.insert_many(conn, [{"i": i} for i in range(dead)], kind="gone")
+            conn.execute("UPDATE awa.jobs SET state = 'cancelled', finalized_at = now()")
+        await client.start([QueueConfig("default", max_workers=4, poll_interval=30)])
+        await run_until("claims from the start of the queue take")
+        # Sorts before the last job claimed (priority 1 before 2): the NOTIFY's claim continues past
+        # it; the next claim from the start takes it.
+        behind = insert(db_url, {}, kind="work", priority=1)
+        await wait_until(lambda: behind in started, timeout=10)
+        await run_one()
+        assert "are fast again" not in caplog.text
+    finally:
+        holder.close()
+    await run_until("claims from the start of the queue are fast again")
+    assert len(set(started)) == len(started), "a job ran twice"

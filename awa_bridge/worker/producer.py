@@ -44,6 +44,24 @@ def claim_after(key: tuple[int, datetime, int] = FROM_THE_START) -> dict[str, An
 # backlog (the previous claim filled its batch).
 CLAIMS_IN_FLIGHT = 2
 
+# Two claims from the start of the queue in a row slower than this (seconds) are taken for a held
+# MVCC horizon: their scans stepped over the index entries of every job claimed since the horizon
+# stopped, which no vacuum can remove until it moves (at 2,000 jobs/s one took 1.5-3 ms, and 20 ms
+# after 70 s of a held horizon, when pickup p95 had gone from 6 to 24 ms). One slow claim alone may
+# be a busy moment of the host; a false alarm costs only the wait of a job that sorts before the
+# last one claimed, a second at most.
+SLOW_FROM_THE_START = 0.02
+# While the horizon is held, a claim from the start runs at most this often (seconds; or once a
+# poll interval, if that is shorter), and no sooner than HELD_SCAN_SPACING times its last one's
+# duration after it (its scan then takes at most about a tenth of the time: at 2,000 jobs/s, two
+# minutes into a held horizon, one such claim took 0.6 s): a job that sorts before the last one
+# claimed waits for it.
+HELD_FROM_THE_START_EVERY = 1.0
+HELD_SCAN_SPACING = 10
+# The warning that claims from the start are slow is logged at most once in this many seconds (a
+# horizon held in steps, such as readers that renew their snapshots, would log it at every step).
+HELD_WARNING_EVERY = 300.0
+
 # The columns of a claim_jobs row, in the statement's order. The runtime unpacks
 # each row by position (Runtime._dispatch): asyncpg's Record looks a column up by
 # name at about 300 instructions a time, twelve per job; tests/conformance/
@@ -178,6 +196,12 @@ class Producer:
         # and until when claims may continue from it (see _after).
         self.mark: tuple[int, datetime, int] | None = None
         self.mark_until = 0.0
+        # Claims from the start are slow (SLOW_FROM_THE_START): until one is fast again, every claim
+        # continues from the mark and one at most a second starts from the beginning. ``slow`` counts
+        # the slow ones in a row; ``warned_at`` is when the warning was last logged (HELD_WARNING_EVERY).
+        self.held = False
+        self.slow = 0
+        self.warned_at: float | None = None
 
     def stop(self) -> None:
         """Claim no more (the loop ends at its next wake, which this sets)."""
@@ -190,8 +214,8 @@ class Producer:
             state.wake.clear()
             wait = state.config.poll_interval * random.uniform(0.9, 1.1)  # jitter spreads the polls of many workers
             while len(self.claims) < CLAIMS_IN_FLIGHT and (state.wanted or state.backlog):
-                if self.claims and not state.backlog:
-                    break  # a second claim only into a backlog
+                if self.claims and not state.backlog and not self.held:
+                    break  # a second claim only into a backlog, or beside a slow claim from the start
                 want = self.slots.allowance(state)
                 if want > 0 and state.bucket is not None:
                     tokens = state.bucket.available()
@@ -208,6 +232,9 @@ class Producer:
                 self.claims.add(asyncio.create_task(self._claim(want, after)))
             if not self.claiming:
                 break
+            if self.held and self.mark_until > time.monotonic():
+                # Held: the claim from the start that finds the jobs behind the mark is a poll of its own.
+                wait = min(wait, self.mark_until - time.monotonic())
             try:
                 await asyncio.wait_for(state.wake.wait(), wait)
             except TimeoutError:
@@ -225,9 +252,21 @@ class Producer:
         run_at: promoted, retried, aged) is found by the next claim from the
         start: after any NOTIFY or poll (``wanted``: new and promoted jobs
         notify), after ageing priorities, and at least every poll interval.
+
+        While claims from the start are slow (``held``: the MVCC horizon is
+        held, so those index entries stay however often they are passed), every
+        claim continues from the mark, a NOTIFY's too, and one at most a second
+        (less often as its scan grows: HELD_SCAN_SPACING) starts from the
+        beginning: a job that sorts before the mark waits for it, instead of
+        every job waiting behind a slow scan at every claim.
         """
-        state = self.state
-        if self.mark is None or state.wanted or not state.backlog or time.monotonic() >= self.mark_until:
+        state, now = self.state, time.monotonic()
+        if self.mark is None or now >= self.mark_until:
+            if self.held:
+                # The claims started while this slow one runs continue from the mark.
+                self.mark_until = now + self._from_the_start_every()
+            return None
+        if not self.held and (state.wanted or not state.backlog):
             return None
         return self.mark
 
@@ -254,7 +293,10 @@ class Producer:
                         await age_priorities(db, q.name, q.priority_aging)
                         after = None  # aged jobs moved forward in the dispatch order
                     params.update(claim_after(after or FROM_THE_START))
+                    started = time.monotonic()
                     rows = await db.fetch(QUERIES["claim_jobs"], params)
+                    if after is None:
+                        self._from_the_start_took(time.monotonic() - started)
             except Exception as exc:
                 self.failures += 1
                 delay = min(0.1 * 2**self.failures, 5.0)
@@ -277,12 +319,45 @@ class Producer:
             self.claims.discard(asyncio.current_task())
             state.wake.set()
 
+    def _from_the_start_every(self) -> float:
+        return min(HELD_FROM_THE_START_EVERY, self.state.config.poll_interval)
+
+    def _from_the_start_took(self, seconds: float) -> None:
+        """Note how long a claim from the start took: until the next one is due, claims may continue
+        from the mark; all of them while such claims are slow (``held``), else only through a backlog."""
+        name = self.state.config.name
+        if self.held:
+            # Fast again means under half the limit: a claim near it does not flip the mode (and the log) each time.
+            self.held = seconds > SLOW_FROM_THE_START / 2
+            if not self.held:
+                self.slow = 0
+                log.info("queue %s: claims from the start of the queue are fast again", name)
+        else:
+            self.slow = self.slow + 1 if seconds > SLOW_FROM_THE_START else 0
+            self.held = self.slow >= 2
+            if self.held:
+                now = time.monotonic()
+                warn = self.warned_at is None or now - self.warned_at >= HELD_WARNING_EVERY
+                if warn:
+                    self.warned_at = now
+                log.log(
+                    logging.WARNING if warn else logging.INFO,
+                    "queue %s: claims from the start of the queue take %.0f ms; until one is fast again, claims "
+                    "continue after the last job claimed and one at most a second starts from the beginning "
+                    "(is the MVCC horizon held? see docs/howto/scaling.md)",
+                    name,
+                    seconds * 1000,
+                )
+        if self.held:
+            every = max(self._from_the_start_every(), HELD_SCAN_SPACING * seconds)
+        else:
+            every = self.state.config.poll_interval
+        self.mark_until = time.monotonic() + every
+
     def _moved_to(self, rows: list[Any], continued: bool) -> None:
         """Remember the last dispatch key claimed; a claim from the start sets it afresh."""
         priority, run_at, job_id = max(map(_DISPATCH_KEY, rows))  # C-level: no Python frame per row
         last = (priority, datetime.fromtimestamp(run_at, UTC), job_id)
         if continued and self.mark is not None:
             last = max(last, self.mark)
-        else:
-            self.mark_until = time.monotonic() + self.state.config.poll_interval
         self.mark = last
