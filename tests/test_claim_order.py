@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 import awa_bridge
+from awa_bridge.admin import pause_queue, resume_queue
 from awa_bridge.drivers import detect_sync
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import producer
@@ -106,12 +107,19 @@ async def test_while_the_horizon_is_held_claims_continue_from_the_last_job_claim
     make_client: Any, db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """R31: with the MVCC horizon held, a claim from the start steps over the index entries of every
-    job that left 'available' since; the producer then continues every claim from the last job it
-    claimed (logged), still finds a job that sorts before that point (a claim from the start once a
-    second), and claims from the start again once they are fast (logged)."""
-    dead = 200_000  # about 40 ms a claim from the start on this machine, 2 ms once they can be killed
-    monkeypatch.setattr(producer, "SLOW_FROM_THE_START", 0.015)
+    job that left 'available' since. The producer says so, then continues every claim from the last
+    job it claimed, a NOTIFY's too, with one claim from the start at most a second, which still
+    finds a job that sorts before that point; and it says when claims from the start are fast again."""
+    dead = 200_000  # 60-120 ms a claim from the start on this machine (the limit: 20 ms); 2-4 ms once released
     caplog.set_level(logging.INFO, logger="awa_bridge.worker")
+    claims: list[tuple[float, bool]] = []  # (when, from the start) of every claim the producer starts
+    claim = producer.Producer._claim
+
+    def spy(self: producer.Producer, want: int, after: Any = None, *rest: Any) -> Any:
+        claims.append((time.monotonic(), after is None))
+        return claim(self, want, after, *rest)
+
+    monkeypatch.setattr(producer.Producer, "_claim", spy)
     client = make_client()
     started: list[int] = []
 
@@ -132,20 +140,30 @@ async def test_while_the_horizon_is_held_claims_continue_from_the_last_job_claim
             await asyncio.sleep(0.1)  # claims from the start are due once a second while held
         raise AssertionError(f"never logged {text!r}: {caplog.text}")
 
+    await client.start([QueueConfig("default", max_workers=4, poll_interval=30)])
+    for _ in range(3):
+        await run_one()  # claims from the start on a clean index: the producer's fastest
     holder = psycopg.connect(db_url)  # a transaction that took an id and sits idle: the horizon stops
     try:
         holder.execute("SELECT txid_current()")
+        pause_queue(db_url, "default")  # the dead entries are made while the worker claims nothing
         with psycopg.connect(db_url, autocommit=True) as conn:
             with conn.transaction():
                 awa_bridge.insert_many(conn, [{"i": i} for i in range(dead)], kind="gone")
-            conn.execute("UPDATE awa.jobs SET state = 'cancelled', finalized_at = now()")
-        await client.start([QueueConfig("default", max_workers=4, poll_interval=30)])
+            conn.execute("UPDATE awa.jobs SET state = 'cancelled', finalized_at = now() WHERE kind = 'gone'")
+        resume_queue(db_url, "default")
         await run_until("claims from the start of the queue take")
+        held_at = time.monotonic()
+        for _ in range(20):
+            await run_one()
         # Sorts before the last job claimed (priority 1 before 2): the NOTIFY's claim continues past
         # it; the next claim from the start takes it.
         behind = insert(db_url, {}, kind="work", priority=1)
         await wait_until(lambda: behind in started, timeout=10)
-        await run_one()
+        held = [from_start for at, from_start in claims if at > held_at]
+        assert held.count(False) >= 20, f"the NOTIFYs' claims started from the start: {held}"
+        seconds = time.monotonic() - held_at
+        assert held.count(True) <= seconds + 2, f"more than one claim from the start a second: {held}"
         assert "are fast again" not in caplog.text
     finally:
         holder.close()

@@ -44,20 +44,23 @@ def claim_after(key: tuple[int, datetime, int] = FROM_THE_START) -> dict[str, An
 # backlog (the previous claim filled its batch).
 CLAIMS_IN_FLIGHT = 2
 
-# Two claims from the start of the queue in a row slower than this (seconds) are taken for a held
-# MVCC horizon: their scans stepped over the index entries of every job claimed since the horizon
-# stopped, which no vacuum can remove until it moves (at 2,000 jobs/s one took 1.5-3 ms, and 20 ms
-# after 70 s of a held horizon, when pickup p95 had gone from 6 to 24 ms). One slow claim alone may
-# be a busy moment of the host; a false alarm costs only the wait of a job that sorts before the
-# last one claimed, a second at most.
+# Two claims from the start of the queue in a row slower than this (seconds), and than
+# SLOW_FACTOR times the fastest one this producer has seen (a database farther away, or behind a
+# synchronous standby, answers every claim later), are taken for a held MVCC horizon: their scans
+# stepped over the index entries of every job claimed since the horizon stopped, which no vacuum
+# can remove until it moves (at 2,000 jobs/s one took 1.5-3 ms, and 20 ms after 70 s of a held
+# horizon, when pickup p95 had gone from 6 to 24 ms). One slow claim alone may be a busy moment of
+# the host; a false alarm costs only the wait of a job that sorts before the last one claimed.
 SLOW_FROM_THE_START = 0.02
+SLOW_FACTOR = 4
 # While the horizon is held, a claim from the start runs at most this often (seconds; or once a
 # poll interval, if that is shorter), and no sooner than HELD_SCAN_SPACING times its last one's
-# duration after it (its scan then takes at most about a tenth of the time: at 2,000 jobs/s, two
-# minutes into a held horizon, one such claim took 0.6 s): a job that sorts before the last one
-# claimed waits for it.
+# duration after it, up to HELD_SPACING_MAX (its scans then take at most about a tenth of the time:
+# at 2,000 jobs/s, two minutes into a held horizon, one took 0.6 s): a job that sorts before the
+# last one claimed waits for it.
 HELD_FROM_THE_START_EVERY = 1.0
 HELD_SCAN_SPACING = 10
+HELD_SPACING_MAX = 30.0
 # The warning that claims from the start are slow is logged at most once in this many seconds (a
 # horizon held in steps, such as readers that renew their snapshots, would log it at every step).
 HELD_WARNING_EVERY = 300.0
@@ -198,10 +201,16 @@ class Producer:
         self.mark_until = 0.0
         # Claims from the start are slow (SLOW_FROM_THE_START): until one is fast again, every claim
         # continues from the mark and one at most a second starts from the beginning. ``slow`` counts
-        # the slow ones in a row; ``warned_at`` is when the warning was last logged (HELD_WARNING_EVERY).
+        # the slow ones in a row, ``fastest`` is the fastest claim from the start seen (SLOW_FACTOR);
+        # ``warned_at`` is when the warning was last logged (HELD_WARNING_EVERY).
         self.held = False
         self.slow = 0
+        self.fastest: float | None = None
         self.warned_at: float | None = None
+        # A claim from the start is on the server; ``epoch`` counts the marks such claims set (a
+        # claim that continued from an older mark does not move the newer one: see _moved_to).
+        self.scanning = False
+        self.epoch = 0
 
     def stop(self) -> None:
         """Claim no more (the loop ends at its next wake, which this sets)."""
@@ -214,7 +223,7 @@ class Producer:
             state.wake.clear()
             wait = state.config.poll_interval * random.uniform(0.9, 1.1)  # jitter spreads the polls of many workers
             while len(self.claims) < CLAIMS_IN_FLIGHT and (state.wanted or state.backlog):
-                if self.claims and not state.backlog and not self.held:
+                if self.claims and not state.backlog and not (self.held and self.scanning and self.mark is not None):
                     break  # a second claim only into a backlog, or beside a slow claim from the start
                 want = self.slots.allowance(state)
                 if want > 0 and state.bucket is not None:
@@ -229,7 +238,8 @@ class Producer:
                 state.pending += want
                 if state.bucket is not None:
                     state.bucket.take(want)  # reserved now; what the claim did not use is given back
-                self.claims.add(asyncio.create_task(self._claim(want, after)))
+                self.scanning = self.scanning or after is None
+                self.claims.add(asyncio.create_task(self._claim(want, after, self.epoch)))
             if not self.claiming:
                 break
             if self.held and self.mark_until > time.monotonic():
@@ -260,17 +270,17 @@ class Producer:
         beginning: a job that sorts before the mark waits for it, instead of
         every job waiting behind a slow scan at every claim.
         """
-        state, now = self.state, time.monotonic()
-        if self.mark is None or now >= self.mark_until:
-            if self.held:
-                # The claims started while this slow one runs continue from the mark.
-                self.mark_until = now + self._from_the_start_every()
+        state = self.state
+        if self.mark is None:
             return None
-        if not self.held and (state.wanted or not state.backlog):
+        if self.held:
+            # One claim from the start at a time: those started while it runs continue from the mark.
+            return self.mark if self.scanning or time.monotonic() < self.mark_until else None
+        if state.wanted or not state.backlog or time.monotonic() >= self.mark_until:
             return None
         return self.mark
 
-    async def _claim(self, want: int, after: tuple[int, datetime, int] | None = None) -> None:
+    async def _claim(self, want: int, after: tuple[int, datetime, int] | None = None, epoch: int = 0) -> None:
         """Claim up to ``want`` jobs (ageing priorities first when due) and dispatch them; after a failure, back off.
 
         Runs as a task of its own (up to ``CLAIMS_IN_FLIGHT`` per queue); when it
@@ -284,8 +294,10 @@ class Producer:
             "instance_id": self.instance_id,
             "worker": self.worker,
         }
+        scan = after is None
         try:
             rows: list[Any] | None = None
+            took = 0.0
             try:
                 async with self.pool.acquire() as db:
                     if q.priority_aging and time.monotonic() >= state.next_aging:
@@ -295,13 +307,14 @@ class Producer:
                     params.update(claim_after(after or FROM_THE_START))
                     started = time.monotonic()
                     rows = await db.fetch(QUERIES["claim_jobs"], params)
-                    if after is None:
-                        self._from_the_start_took(time.monotonic() - started)
+                    took = time.monotonic() - started
             except Exception as exc:
                 self.failures += 1
                 delay = min(0.1 * 2**self.failures, 5.0)
                 log.warning("claim on queue %s failed (%s); retrying in %.1f s", q.name, exc, delay)
             finally:
+                if scan:
+                    self.scanning = False
                 state.pending -= want
                 if state.bucket is not None:  # give back the tokens the claim did not use
                     state.bucket.take(len(rows or ()) - want)
@@ -312,8 +325,14 @@ class Producer:
                 return
             self.failures = 0
             state.backlog = len(rows) == want
-            if rows:
-                self._moved_to(rows, continued=after is not None)
+            last = self._last_key(rows) if rows else None
+            if after is None:
+                # It passed every entry before the mark if it found fewer jobs than it asked for or
+                # reached the mark (a batch filled before it, say with higher priorities, did not).
+                reached = len(rows) < want or (last is not None and self.mark is not None and last >= self.mark)
+                self._from_the_start_took(took, reached)
+            if last is not None:
+                self._moved_to(last, after is not None, epoch)
                 self.dispatch(state, rows)
         finally:
             self.claims.discard(asyncio.current_task())
@@ -322,18 +341,21 @@ class Producer:
     def _from_the_start_every(self) -> float:
         return min(HELD_FROM_THE_START_EVERY, self.state.config.poll_interval)
 
-    def _from_the_start_took(self, seconds: float) -> None:
+    def _from_the_start_took(self, seconds: float, reached: bool) -> None:
         """Note how long a claim from the start took: until the next one is due, claims may continue
         from the mark; all of them while such claims are slow (``held``), else only through a backlog."""
         name = self.state.config.name
+        self.fastest = seconds if self.fastest is None else min(self.fastest, seconds)
+        limit = max(SLOW_FROM_THE_START, SLOW_FACTOR * self.fastest)
         if self.held:
-            # Fast again means under half the limit: a claim near it does not flip the mode (and the log) each time.
-            self.held = seconds > SLOW_FROM_THE_START / 2
-            if not self.held:
+            # Fast again means under half the limit (a claim near it does not flip the mode, and the
+            # log, each time), with a scan that passed the entries before the mark.
+            if seconds < limit / 2 and reached:
+                self.held = False
                 self.slow = 0
                 log.info("queue %s: claims from the start of the queue are fast again", name)
         else:
-            self.slow = self.slow + 1 if seconds > SLOW_FROM_THE_START else 0
+            self.slow = self.slow + 1 if seconds > limit else 0
             self.held = self.slow >= 2
             if self.held:
                 now = time.monotonic()
@@ -349,15 +371,29 @@ class Producer:
                     seconds * 1000,
                 )
         if self.held:
-            every = max(self._from_the_start_every(), HELD_SCAN_SPACING * seconds)
+            every = min(max(self._from_the_start_every(), HELD_SCAN_SPACING * seconds), HELD_SPACING_MAX)
         else:
             every = self.state.config.poll_interval
         self.mark_until = time.monotonic() + every
 
-    def _moved_to(self, rows: list[Any], continued: bool) -> None:
-        """Remember the last dispatch key claimed; a claim from the start sets it afresh."""
+    @staticmethod
+    def _last_key(rows: list[Any]) -> tuple[int, datetime, int]:
+        """The greatest dispatch key of claimed rows."""
         priority, run_at, job_id = max(map(_DISPATCH_KEY, rows))  # C-level: no Python frame per row
-        last = (priority, datetime.fromtimestamp(run_at, UTC), job_id)
-        if continued and self.mark is not None:
-            last = max(last, self.mark)
+        return priority, datetime.fromtimestamp(run_at, UTC), job_id
+
+    def _moved_to(self, last: tuple[int, datetime, int], continued: bool, epoch: int) -> None:
+        """Remember the last dispatch key claimed; a claim from the start sets it afresh.
+
+        A claim that continued from a mark older than the last claim from the start (``epoch``)
+        leaves the mark alone: that claim may have set it back, to jobs found before the old mark,
+        which the next claims continue through.
+        """
+        if continued:
+            if epoch != self.epoch:
+                return
+            if self.mark is not None:
+                last = max(last, self.mark)
+        else:
+            self.epoch += 1
         self.mark = last
