@@ -93,6 +93,26 @@ async def test_r1_stale_completion_after_rescue_is_rejected(conn: asyncpg.Connec
     assert job_state(db_url, job_id) == "completed"
 
 
+async def test_the_rescuing_process_never_rescues_the_attempts_it_holds_itself(
+    conn: asyncpg.Connection, db_url: str
+) -> None:
+    """Three stale attempts; the rescuer holds the first (its lease) and a past lease of the second.
+
+    Only the held attempt is left: the second's current attempt (a lease the
+    rescuer does not hold) and the third are rescued.
+    """
+    ids = [await enqueue(conn) for _ in range(3)]
+    rows = await claim(conn, limit=3)
+    lease = {r["id"]: r["run_lease"] for r in rows}
+    for job_id in ids:
+        await backdate_heartbeat(conn, job_id)
+    held = [(ids[0], lease[ids[0]]), (ids[1], lease[ids[1]] - 1)]
+    rescued = await rescue_stale_heartbeats(conn, staleness=90, held=held)
+    assert sorted(r["id"] for r in rescued) == ids[1:]
+    assert job_state(db_url, ids[0]) == "running"
+    assert [r["id"] for r in await rescue_stale_heartbeats(conn, staleness=90)] == [ids[0]]
+
+
 @pytest.mark.parametrize("change", ["cancel", "snooze", "retry_after"])
 async def test_r2_stale_writes_after_state_change_are_noops(conn: asyncpg.Connection, db_url: str, change: str) -> None:
     job_id = await enqueue(conn)

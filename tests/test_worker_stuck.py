@@ -181,6 +181,38 @@ def test_leader_frozen_mid_pass_does_not_rescue_its_own_jobs_on_thaw(
     kept_their_first_attempt(probe, queue, ids)
 
 
+def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_heartbeats(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """The leader and a worker running jobs are frozen together (a paused host) and thawed 0.3 s apart.
+
+    The other worker's heartbeats are 2.5 s old when the leader resumes
+    (staleness 1 s); the leader notices it was not running itself and waits
+    one window before judging them, by which time the other worker beats
+    again. Its jobs keep their first attempt.
+    """
+    env = {"AWA_SLOW_SECONDS": "8", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
+    queue = unique_queue()
+    leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
+    assert leader_of(leader) is leader
+    other = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    leader.signal(signal.SIGSTOP)
+    other.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - stopped >= 2.5, 5, "a freeze longer than the staleness window")
+        leader.signal(signal.SIGCONT)
+        thawed = time.monotonic()
+        wait_for(lambda: time.monotonic() - thawed >= 0.3, 5, "the other worker to stay frozen a little longer")
+    finally:
+        leader.signal(signal.SIGCONT)
+        other.signal(signal.SIGCONT)
+    kept_their_first_attempt(probe, queue, ids)
+    assert not leader.logged("rescued job")
+
+
 # -- an async handler blocking the leader's event loop -------------------------------------------
 
 

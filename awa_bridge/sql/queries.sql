@@ -522,6 +522,10 @@ awa.unique_key_holder(id, unique_key, unique_states,
     CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state) AS holder
 
 -- name: rescue_stale_heartbeats
+-- The attempts the rescuing process holds itself (id, run_lease) are left out:
+-- that process is alive (it is running this statement), whatever its heartbeats
+-- say; they go stale with it when it is frozen or starved, and it may resume
+-- and send this statement before its heartbeat thread has beaten again.
 WITH candidates AS (
     SELECT id, run_lease, /* include: unique_holder_if_rescued */,
            format('heartbeat stale: no heartbeat for %%s s (attempt %%s); worker presumed dead',
@@ -530,6 +534,8 @@ WITH candidates AS (
     FROM awa.jobs
     WHERE state = 'running'
       AND heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
+      AND (id, run_lease) NOT IN (
+          SELECT * FROM unnest(CAST(%(held_ids)s AS bigint[]), CAST(%(held_leases)s AS bigint[])))
     ORDER BY heartbeat_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

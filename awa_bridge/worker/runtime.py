@@ -199,7 +199,9 @@ class Runtime:
     def _start_threads(self) -> None:
         """Maintenance and the heartbeat run on threads of their own (a blocked loop stalls neither)."""
         if self.config.maintenance:
-            self.maintenance = Maintenance(self.database_url, self.config, self.instance_id, self._rescued_elsewhere)
+            self.maintenance = Maintenance(
+                self.database_url, self.config, self.instance_id, self._rescued_elsewhere, self.held.snapshot
+            )
             self.maintenance.start()
         self.heartbeat = HeartbeatThread(
             self.database_url,

@@ -22,7 +22,9 @@ it becomes leader, after its connection comes back from an outage, and after
 it was itself not running for longer than the window. Live workers cut off
 only by an outage beat again meanwhile and keep their jobs; the jobs of a
 worker that really died are still rescued once the window has passed.
-Deadline and callback-timeout rescue need no such wait.
+Deadline and callback-timeout rescue need no such wait. The leader never
+rescues the attempts its own process holds: they went stale with it, and a
+freeze can fall after the last check, before the statement reaches the server.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ...drivers.connect import connect_async
 from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
-from .services import Service, View, build_services
+from .services import Held, Service, View, build_services
 
 if TYPE_CHECKING:
     from ...drivers.asyncpg import Asyncpg
@@ -66,12 +68,14 @@ class Maintenance(threading.Thread):
         config: WorkerConfig,
         instance_id: uuid.UUID,
         on_rescued: Callable[[list[Any]], None],
+        held: Held,
     ) -> None:
         super().__init__(name="awa-maintenance", daemon=True)
         self.database_url = database_url
         self.config = config
         self.instance_id = instance_id
         self.on_rescued = on_rescued  # called on this thread
+        self.held = held  # this process's own attempts, never rescued by it
         self.is_leader = False
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -202,7 +206,7 @@ class Maintenance(threading.Thread):
 
     async def _serve(self, term: Term) -> None:
         """The services, on a connection of their own, while ``term`` is valid."""
-        services = build_services(self.config, self.on_rescued)
+        services = build_services(self.config, self.on_rescued, self.held)
         view = View(self.config.heartbeat_staleness)
         db = None
         try:

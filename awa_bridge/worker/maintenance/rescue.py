@@ -6,6 +6,7 @@ or to failed when its attempts are exhausted, with an error record saying why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...drivers.asyncpg import as_asyncpg
@@ -13,8 +14,16 @@ from ...sql import QUERIES
 from ..config import MAINTENANCE_BATCH
 
 
-async def rescue_stale_heartbeats(conn: Any, staleness: float, limit: int = MAINTENANCE_BATCH) -> list[Any]:
-    params = {"staleness_seconds": float(staleness), "limit": limit}
+async def rescue_stale_heartbeats(
+    conn: Any, staleness: float, limit: int = MAINTENANCE_BATCH, held: Sequence[tuple[int, int]] = ()
+) -> list[Any]:
+    """Attempts whose heartbeat is older than ``staleness``, except ``held`` (the caller's own (id, run_lease))."""
+    params = {
+        "staleness_seconds": float(staleness),
+        "limit": limit,
+        "held_ids": [job_id for job_id, _ in held],
+        "held_leases": [lease for _, lease in held],
+    }
     return list(await as_asyncpg(conn).fetch(QUERIES["rescue_stale_heartbeats"], params))
 
 

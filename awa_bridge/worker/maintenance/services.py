@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa_bridge.worker")
 
 Rescued = Callable[[list[Any]], None]
+# The attempts this process holds, (job id, run_lease): HeldAttempts.snapshot.
+Held = Callable[[], list[tuple[int, int]]]
 
 
 class View:
@@ -135,15 +137,24 @@ class _Rescue(Service):
 
 
 class RescueStaleHeartbeats(_Rescue):
+    """Attempts of processes that stopped beating, never this process's own (``held``).
+
+    The view guards the other processes' attempts after a gap of the leader's;
+    its own are left out outright: a freeze can fall between the view's last
+    step and the statement reaching the server, and its heartbeat thread may be
+    slower to resume than one window.
+    """
+
     name = "rescue_stale_heartbeats"
     needs_fresh_view = True
 
-    def __init__(self, interval: float, on_rescued: Rescued, staleness: float) -> None:
+    def __init__(self, interval: float, on_rescued: Rescued, staleness: float, held: Held) -> None:
         super().__init__(interval, on_rescued)
         self.staleness = staleness
+        self.held = held
 
     async def rescue(self, db: Asyncpg) -> list[Any]:
-        return await rescue_stale_heartbeats(db, self.staleness, self.batch)
+        return await rescue_stale_heartbeats(db, self.staleness, self.batch, self.held())
 
 
 class RescueDeadlines(_Rescue):
@@ -259,7 +270,7 @@ class Cron(Service):
         return 0
 
 
-def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
+def build_services(config: WorkerConfig, on_rescued: Rescued, held: Held) -> list[Service]:
     """Every service with its interval, in the order a tick runs them."""
     cfg = config
     return [
@@ -267,7 +278,7 @@ def build_services(config: WorkerConfig, on_rescued: Rescued) -> list[Service]:
         Cron(cfg.promote_interval),
         RescueDeadlines(cfg.rescue_interval, on_rescued),
         RescueCallbackTimeouts(cfg.rescue_interval, on_rescued),
-        RescueStaleHeartbeats(cfg.rescue_interval, on_rescued, cfg.heartbeat_staleness),
+        RescueStaleHeartbeats(cfg.rescue_interval, on_rescued, cfg.heartbeat_staleness, held),
         PruneInstances(cfg.rescue_interval, cfg.heartbeat_staleness),
         Cleanup(cfg.cleanup_interval, cfg.completed_retention, cfg.failed_retention),
         PruneClaims(cfg.cleanup_interval, cfg.completed_retention),
