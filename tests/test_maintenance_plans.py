@@ -120,6 +120,25 @@ def test_deadline_rescue_reads_the_running_jobs_not_the_table(busy: str) -> None
         conn.rollback()
 
 
+def test_heartbeat_rescue_reads_the_running_jobs_and_leaves_the_held_ones(busy: str) -> None:
+    """The running jobs come from jobs_heartbeat_idx; the rescuer's own attempts (here 50) are left."""
+    with psycopg.connect(busy) as conn:
+        conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'")
+        held = conn.execute("SELECT id, run_lease FROM awa.jobs WHERE state = 'running' LIMIT 50").fetchall()
+        params = {
+            "staleness_seconds": 90.0,
+            "limit": 1000,
+            "held_ids": [i for i, _ in held],
+            "held_leases": [lease for _, lease in held],
+        }
+        plan = plan_of(conn, "rescue_stale_heartbeats", params)
+        assert "jobs" not in seq_scanned(plan), plan
+        assert "jobs_heartbeat_idx" in _index_names(plan), plan
+        rescued = {row[0] for row in conn.execute(QUERIES["rescue_stale_heartbeats"].pyformat, params).fetchall()}
+        assert len(rescued) == RUNNING - 50 and rescued.isdisjoint(i for i, _ in held)
+        conn.rollback()
+
+
 @pytest.mark.parametrize(
     ("name", "batch"),
     [
