@@ -186,12 +186,12 @@ def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_hea
 ) -> None:
     """The leader and a worker running jobs are frozen together (a paused host) and thawed 0.3 s apart.
 
-    The other worker's heartbeats are 2.5 s old when the leader resumes
-    (staleness 1 s); the leader notices it was not running itself and waits
+    The other worker's heartbeats are 3 s old when the leader resumes
+    (staleness 1.5 s); the leader notices it was not running itself and waits
     one window before judging them, by which time the other worker beats
     again. Its jobs keep their first attempt.
     """
-    env = {"AWA_SLOW_SECONDS": "8", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
+    env = {"AWA_SLOW_SECONDS": "9", "AWA_HEARTBEAT_STALENESS": "1.5", "AWA_LEADER_LEASE": "8"}
     queue = unique_queue()
     leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
     assert leader_of(leader) is leader
@@ -202,7 +202,7 @@ def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_hea
     other.signal(signal.SIGSTOP)
     stopped = time.monotonic()
     try:
-        wait_for(lambda: time.monotonic() - stopped >= 2.5, 5, "a freeze longer than the staleness window")
+        wait_for(lambda: time.monotonic() - stopped >= 3, 5, "a freeze longer than the staleness window")
         leader.signal(signal.SIGCONT)
         thawed = time.monotonic()
         wait_for(lambda: time.monotonic() - thawed >= 0.3, 5, "the other worker to stay frozen a little longer")
