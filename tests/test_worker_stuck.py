@@ -133,10 +133,11 @@ def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_th
 ) -> None:
     """The only worker, leading and holding jobs, is frozen 1.5 s (staleness 0.5 s, lease 5 s) and thawed.
 
-    It keeps its lease, but its own heartbeats went stale with it: the leader
-    notices that it was not running and waits one staleness window before
-    rescuing stale heartbeats, by which time its heartbeat thread has beaten
-    again. Its jobs keep their attempt.
+    It keeps its lease, but its own heartbeats went stale with it. Its jobs
+    keep their attempt: the leader waits one staleness window after its own
+    gap, and its stale-heartbeat rescue leaves its own attempts out anyway
+    (which the view alone did not guarantee: a freeze between its check and
+    the statement, or a heartbeat thread slow to resume, failed this once in CI).
     """
     worker, queue, ids = leading_with_slow_jobs(app_db, probe, workers, staleness="0.5", lease="5")
     worker.signal(signal.SIGSTOP)
@@ -149,36 +150,81 @@ def test_leader_frozen_shorter_than_its_lease_does_not_rescue_its_own_jobs_on_th
     assert not worker.logged("lost maintenance leadership")
 
 
-def test_leader_frozen_mid_pass_does_not_rescue_its_own_jobs_on_thaw(
+def test_leader_leaves_its_own_attempts_whose_heartbeats_look_stale_and_rescues_an_orphan(
     app_db: str, probe: Probe, workers: Workers
 ) -> None:
-    """The leader is frozen between two services of one pass, and its heartbeats are slow to resume.
+    """The leader's own running jobs are backdated an hour, beside an orphan running job that nobody holds.
+
+    Heartbeats every 2 s (staleness 6 s): the leader's next rescue pass (every
+    0.1 s, its view fresh) sees all five stale long before its heartbeat thread
+    beats again. It rescues the orphan and leaves its own attempts alone.
+    """
+    env = {
+        "AWA_SLOW_SECONDS": "12",
+        "AWA_HEARTBEAT_INTERVAL": "2",
+        "AWA_HEARTBEAT_STALENESS": "6",
+        "AWA_LEADER_LEASE": "5",
+    }
+    queue = unique_queue()
+    worker = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    assert leader_of(worker) is worker
+    leading = time.monotonic()
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    wait_for(lambda: time.monotonic() - leading >= 6.5, 10, "the leader's first staleness window")
+    with psycopg.connect(app_db) as conn:
+        [orphan] = conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, state, attempt, run_lease, attempted_at, heartbeat_at, deadline_at)"
+            " VALUES ('orphan', %s, 'running', 1, 1, now(), now() - interval '1 hour', now() + interval '5 minutes')"
+            " RETURNING id",
+            (unique_queue(),),
+        ).fetchone()
+        conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = ANY(%s)", (ids,))
+    wait_for(lambda: job(probe, orphan)["state"] != "running", 5, "the orphan to be rescued")
+    assert probe.states(queue) == {"running": 4}
+    kept_their_first_attempt(probe, queue, ids)
+
+
+def test_leader_frozen_mid_pass_with_a_worker_does_not_rescue_its_jobs_on_thaw(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """The leader is frozen between two services of one pass, with a worker running jobs; their heartbeats resume late.
 
     A lock on ``awa.cron_jobs`` holds the cron service's read (a tick runs cron
-    before the heartbeat rescue). The worker is frozen 2 s (staleness 1 s);
+    before the heartbeat rescue). Both processes are frozen 2 s (staleness 1 s);
     meanwhile that lock is released and one on ``awa.runtime_instances`` holds
-    its next heartbeat for 0.4 s after the thaw. The pass goes on to the
-    heartbeat rescue with its own heartbeats 2 s old: it must see the gap
-    there, not once the pass is over, and wait a window for them to beat.
+    the worker's next heartbeat for 0.4 s after the thaw. The leader's pass goes
+    on to the heartbeat rescue with the worker's heartbeats 2 s old: it must see
+    its own gap there, before that batch, not once the pass is over, and wait a
+    window for them to beat.
     """
-    worker, queue, ids = leading_with_slow_jobs(app_db, probe, workers, staleness="1", lease="6")
+    env = {"AWA_SLOW_SECONDS": "5", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
+    queue = unique_queue()
+    leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
+    assert leader_of(leader) is leader
+    other = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
     waiting = """SELECT count(*) FROM pg_stat_activity
                  WHERE wait_event_type = 'Lock' AND query LIKE '%%FROM awa.cron_jobs%%'"""
     with psycopg.connect(app_db) as cron_lock, psycopg.connect(app_db) as heartbeat_lock:
         cron_lock.execute("LOCK TABLE awa.cron_jobs IN ACCESS EXCLUSIVE MODE")
         wait_for(lambda: probe.value(waiting) == 1, 10, "the cron service to wait for the lock")
-        worker.signal(signal.SIGSTOP)
+        leader.signal(signal.SIGSTOP)
+        other.signal(signal.SIGSTOP)
         stopped = time.monotonic()
         try:
             heartbeat_lock.execute("LOCK TABLE awa.runtime_instances IN ACCESS EXCLUSIVE MODE")
             cron_lock.commit()
             wait_for(lambda: time.monotonic() - stopped >= 2, 5, "a freeze longer than the staleness window")
         finally:
-            worker.signal(signal.SIGCONT)
+            leader.signal(signal.SIGCONT)
+            other.signal(signal.SIGCONT)
         thawed = time.monotonic()
         wait_for(lambda: time.monotonic() - thawed >= 0.4, 5, "the heartbeat to wait")
         heartbeat_lock.commit()
     kept_their_first_attempt(probe, queue, ids)
+    assert not leader.logged("rescued job")
 
 
 def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_heartbeats(

@@ -11,6 +11,7 @@ deleted at a clean shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -61,9 +62,10 @@ class HeartbeatThread(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        self.instance["version"] = version("awa-bridge")
+        with contextlib.suppress(PackageNotFoundError):  # run from a source tree never installed: None
+            self.instance["version"] = version("awa-bridge")
         db = None
         while True:
             db = self._beat(db)
@@ -78,14 +80,14 @@ class HeartbeatThread(threading.Thread):
 
     def _beat(self, db: PsycopgSync | None) -> PsycopgSync | None:
         """One statement: the registry row and the heartbeat of every held attempt; the connection to reuse."""
-        held = self.snapshot()
-        ids = [job_id for job_id, _ in held]
-        params = {**self.instance, **self.describe(), "ids": ids, "leases": [lease for _, lease in held]}
         try:
+            held = self.snapshot()
+            ids = [job_id for job_id, _ in held]
+            params = {**self.instance, **self.describe(), "ids": ids, "leases": [lease for _, lease in held]}
             if db is None or db.closed:
                 db = connect_sync(self.database_url, application_name="awa-heartbeat")
             rows = db.fetch_all(QUERIES["heartbeat_worker"], params)
-        except Exception as exc:  # the connection or the server went away; try again next beat
+        except Exception as exc:  # the connection or the server went away (or a bug): try again next beat
             log.warning("heartbeat failed (%s); retrying in %.1f s", exc, self.interval)
             if db is not None:
                 db.close()

@@ -22,9 +22,10 @@ it becomes leader, after its connection comes back from an outage, and after
 it was itself not running for longer than the window. Live workers cut off
 only by an outage beat again meanwhile and keep their jobs; the jobs of a
 worker that really died are still rescued once the window has passed.
-Deadline and callback-timeout rescue need no such wait. The leader never
-rescues the attempts its own process holds: they went stale with it, and a
-freeze can fall after the last check, before the statement reaches the server.
+Deadline and callback-timeout rescue need no such wait. Stale-heartbeat
+rescue never takes the attempts the leader's own process holds: they went
+stale with it, and a freeze can fall after the last check, before the
+statement reaches the server (their deadlines still apply).
 """
 
 from __future__ import annotations
