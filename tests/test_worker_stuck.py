@@ -120,6 +120,19 @@ def leading_with_slow_jobs(
     return worker, queue, ids
 
 
+def leader_and_worker_with_slow_jobs(
+    app_db: str, probe: Probe, workers: Workers, env: dict[str, str]
+) -> tuple[Any, Any, str, list[int]]:
+    """A leader serving another queue, and a worker ("w") running four slow jobs: (leader, w, queue, job ids)."""
+    queue = unique_queue()
+    leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
+    assert leader_of(leader) is leader
+    other = workers.start(f"{queue}:4", name="w", env=env).wait_started()
+    ids = enqueue(app_db, "slow", queue, 4)
+    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    return leader, other, queue, ids
+
+
 def kept_their_first_attempt(probe: Probe, queue: str, ids: list[int]) -> None:
     """Every job completes in the attempt "w" started: none was rescued."""
     wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
@@ -199,12 +212,7 @@ def test_leader_frozen_mid_pass_with_a_worker_does_not_rescue_its_jobs_on_thaw(
     window for them to beat.
     """
     env = {"AWA_SLOW_SECONDS": "5", "AWA_HEARTBEAT_STALENESS": "1", "AWA_LEADER_LEASE": "6"}
-    queue = unique_queue()
-    leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
-    assert leader_of(leader) is leader
-    other = workers.start(f"{queue}:4", name="w", env=env).wait_started()
-    ids = enqueue(app_db, "slow", queue, 4)
-    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    leader, other, queue, ids = leader_and_worker_with_slow_jobs(app_db, probe, workers, env)
     waiting = """SELECT count(*) FROM pg_stat_activity
                  WHERE wait_event_type = 'Lock' AND query LIKE '%%FROM awa.cron_jobs%%'"""
     with psycopg.connect(app_db) as cron_lock, psycopg.connect(app_db) as heartbeat_lock:
@@ -238,12 +246,7 @@ def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_hea
     again. Its jobs keep their first attempt.
     """
     env = {"AWA_SLOW_SECONDS": "9", "AWA_HEARTBEAT_STALENESS": "1.5", "AWA_LEADER_LEASE": "8"}
-    queue = unique_queue()
-    leader = workers.start(unique_queue(), name="leader", env=env).wait_started()
-    assert leader_of(leader) is leader
-    other = workers.start(f"{queue}:4", name="w", env=env).wait_started()
-    ids = enqueue(app_db, "slow", queue, 4)
-    wait_for(lambda: probe.states(queue) == {"running": 4}, 10, "the jobs to run")
+    leader, other, queue, ids = leader_and_worker_with_slow_jobs(app_db, probe, workers, env)
     leader.signal(signal.SIGSTOP)
     other.signal(signal.SIGSTOP)
     stopped = time.monotonic()
