@@ -119,6 +119,48 @@ def coerce_args(args: Any) -> tuple[Any, str | None]:
     )
 
 
+def plain_args(args: Any) -> tuple[dict[str, Any], str | None, str] | None:
+    """The data, derived kind and canonical JSON of the most common args, in one pass; else None.
+
+    Plain args are a dataclass instance, or a dict with ASCII string keys,
+    whose values are all ASCII strings without NUL, integers in the signed
+    64-bit range, booleans or None: what ``coerce_args`` returns for them is
+    data ``canonical_json`` accepts as it is (nothing to name, no number to
+    respell). Anything else gives None and goes through ``coerce_args`` and
+    ``canonical_json``, which say what is wrong. The kind is None for a dict,
+    as from ``coerce_args``. Why a second path: after each round trip to the
+    server a single enqueue runs cache-cold, where what costs is the amount of
+    code touched, and this one loop replaces the read, the flatness test and
+    the walk of the full path (a third of a single enqueue's own time:
+    README, "Enqueue").
+    """
+    kind: str | None = None
+    if type(args) is dict:
+        data = dict(args)
+    else:
+        cls: type = type(args)
+        shape = _dataclass_shape(cls)  # None for a class passed as args: its type is not a dataclass
+        if shape is None:
+            return None
+        names, kind = shape
+        data = {}
+        for name in names:
+            data[name] = getattr(args, name)
+    for key, value in data.items():
+        if type(key) is not str or "\x00" in key or not key.isascii():
+            return None
+        kind_of = type(value)
+        if kind_of is str:
+            if "\x00" in value or not value.isascii():
+                return None
+        elif kind_of is int:
+            if not _I64_MIN <= value <= _I64_MAX:
+                return None
+        elif value is not None and kind_of is not bool:
+            return None
+    return data, kind, _json_text(data)
+
+
 def _converted(convert: Any, args: Any) -> Any:
     """``convert(args)``, with a cyclic or absurdly deep object refused as bad args."""
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
-from .args import canonical_json, coerce_args
+from .args import canonical_json, coerce_args, plain_args
 from .conntypes import AsyncConnection, SyncConnection
 from .drivers import detect_async, detect_sync, is_async_connection
 from .drivers.base import AsyncDriver, Row, RowLike, SyncDriver
@@ -314,7 +314,51 @@ def _as_prepared(args: Any, opts: dict[str, Any]) -> PreparedJob:
         if opts:
             raise ValidationError("options", "pass options to prepare_job(), not with a PreparedJob")
         return args
+    if not opts or (len(opts) == 1 and "kind" in opts):
+        prepared = _prepare_plain(args, opts.get("kind"))
+        if prepared is not None:
+            return prepared
     return prepare_job(args, **opts)
+
+
+# What prepare_job gives a job at every default option, but for its kind and args.
+_PLAIN_JOB: dict[str, Any] = {
+    "kind": None,
+    "queue": DEFAULT_QUEUE,
+    "args_json": None,
+    "state": JobState.available,
+    "priority": DEFAULT_PRIORITY,
+    "max_attempts": DEFAULT_MAX_ATTEMPTS,
+    "run_at": None,
+    "metadata_json": "{}",
+    "tags": (),
+    "unique_key": None,
+    "unique_states": None,
+    "ordering_key": None,
+}
+
+
+def _prepare_plain(args: Any, kind: str | None) -> PreparedJob | None:
+    """``prepare_job(args, kind=kind)`` for plain args (``plain_args``) and no other option, else None.
+
+    The same ``PreparedJob`` (equal, with the same flat args kept for
+    ``inserted``), with a fraction of the code: the single enqueue most
+    applications make, whose own cost is mostly that code run cache-cold.
+    """
+    plain = plain_args(args)
+    if plain is None:
+        return None
+    data, derived_kind, args_json = plain
+    if kind is None:
+        if derived_kind is None:
+            return None  # dict args without a kind: prepare_job says what is missing
+        kind = derived_kind
+    values = _PLAIN_JOB.copy()
+    values["kind"] = check_name("kind", kind)
+    values["args_json"] = args_json
+    prepared = _frozen(PreparedJob, values)
+    values["_flat_args"] = data  # the instance dict itself: as prepare_job keeps them
+    return prepared
 
 
 @overload

@@ -9,15 +9,20 @@ kind of args and option is compared here with the row read back through
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import awa_bridge
-from awa_bridge.enqueue import row_to_job
+from awa_bridge import ValidationError
+from awa_bridge.args import plain_args
+from awa_bridge.enqueue import _as_prepared, row_to_job
 
 
 @dataclasses.dataclass
@@ -29,8 +34,19 @@ class Zebra:
     nothing: None = None
 
 
+@dataclasses.dataclass
+class Letter:
+    """Plain args (ASCII text, integers, booleans, None): the short path of ``insert_job``."""
+
+    to: str
+    count: int
+    urgent: bool
+    note: str | None = None
+
+
 CASES: list[tuple[Any, dict[str, Any]]] = [
     (Zebra("z", 1, 0.000015, True), {}),
+    (Letter("a@example.com", -(2**63), True), {}),
     ({"b": 1, "a": "é", "c": None, "d": 1e16}, {"kind": "flat_dict"}),
     ({"nested": {"y": [1, 2.5, "x"], "x": {}}, "list": [True]}, {"kind": "nested"}),
     (
@@ -69,6 +85,7 @@ CASES: list[tuple[Any, dict[str, Any]]] = [
 ]
 IDS = [
     "dataclass",
+    "plain-dataclass",
     "flat-dict",
     "nested",
     "all-options",
@@ -136,3 +153,98 @@ def test_an_ordering_key_is_kept_beside_the_job(db_url: str) -> None:
         keys = dict(conn.execute("SELECT job_id, ordering_key FROM awa.job_ordering_keys").fetchall())
     assert keys == {ordered.id: b"customer-7"}
     assert plain.id not in keys
+
+
+class Tone(enum.IntEnum):
+    LOW = 1
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+# Field values on both sides of the short path's line: the plain ones it takes, and those it hands to
+# the full path (text that is not ASCII or not storable, integers past 64 bits, floats, containers,
+# subclasses of str and int).
+_FIELD_VALUES = st.one_of(
+    st.text(st.characters(max_codepoint=127), max_size=6),
+    st.text(max_size=4),
+    st.sampled_from(["a\x00b", "\ud800", "caf\u00e9", "\u2028", ""]),
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([2**63 - 1, -(2**63), 2**63, -(2**63) - 1]),
+    st.booleans(),
+    st.none(),
+    st.floats(),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.sampled_from([Tone.LOW, Colour.RED]),
+)
+
+
+_KEYS = st.one_of(
+    st.text(st.characters(max_codepoint=127), max_size=4),
+    st.text(max_size=3),
+    st.sampled_from(["k\x00", "\ud800", "caf\u00e9"]),
+    st.integers(0, 3),
+)
+# kind= left out (the dataclass's own, or the error of a dict without one), a good one, or a bad one.
+_KIND_OPTIONS = st.sampled_from([{}, {"kind": "given_kind"}, {"kind": None}, {"kind": "bad\nkind"}])
+
+
+def _plain_value(value: Any) -> bool:
+    if type(value) is str:
+        return value.isascii() and "\x00" not in value
+    if type(value) is int:
+        return -(2**63) <= value < 2**63
+    return value is None or type(value) is bool
+
+
+@st.composite
+def _args_and_kind(draw: st.DrawFn) -> tuple[Any, dict[str, Any], bool]:
+    """Args (a dataclass instance or a dict), the kind option, and whether the args are plain."""
+    opts = draw(_KIND_OPTIONS)
+    if draw(st.booleans()):
+        values = draw(st.lists(_FIELD_VALUES, max_size=4))
+        sample = dataclasses.make_dataclass("ShortPathSample", [f"f{i}" for i in range(len(values))])
+        return sample(*values), opts, all(map(_plain_value, values))
+    data = draw(st.dictionaries(_KEYS, _FIELD_VALUES, max_size=4))
+    return (
+        data,
+        opts,
+        all(_plain_value(key) and type(key) is str for key in data) and all(map(_plain_value, data.values())),
+    )
+
+
+def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
+    """``insert_job`` with no option but ``kind`` prepares plain args (a dataclass, or a dict of plain
+    values) on a short path (``plain_args``): the same ``PreparedJob``, the same row and ``Job``, the
+    same error, as the full ``prepare_job``."""
+    short = 0
+    with psycopg.connect(db_url) as conn:
+
+        @settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(_args_and_kind())
+        def check(case: tuple[Any, dict[str, Any], bool]) -> None:
+            nonlocal short
+            args, opts, plain = case
+            note(f"{args!r} {opts!r}")
+            assert (plain_args(args) is not None) == plain
+            try:
+                expected = awa_bridge.prepare_job(args, **opts)
+            except ValidationError as exc:
+                with pytest.raises(ValidationError) as raised:
+                    awa_bridge.insert_job_sync(conn, args, **opts)
+                assert str(raised.value) == str(exc)
+                conn.rollback()
+                return
+            short += plain
+            assert _as_prepared(args, opts).__dict__ == expected.__dict__  # flat args kept alike
+            job = awa_bridge.insert_job_sync(conn, args, **opts)
+            full = awa_bridge.insert_job_sync(conn, expected)
+            rows = conn.execute("SELECT id, CAST(args AS text) FROM awa.jobs WHERE id IN (%s, %s)", (job.id, full.id))
+            texts = dict(rows.fetchall())
+            assert texts[job.id] == texts[full.id]
+            assert job == dataclasses.replace(full, id=job.id, created_at=job.created_at, run_at=job.run_at)
+            conn.rollback()
+
+        check()
+    assert short >= 40  # the short path was taken, not only the full one

@@ -77,7 +77,7 @@ def _cyclic(as_dict: bool) -> Any:
     return lst
 
 
-_BAD_JSON_LEAVES = st.one_of(
+_BAD_ACYCLIC = st.one_of(
     st.integers(min_value=2**63),
     st.integers(max_value=-(2**63) - 1),
     st.just(10**400),
@@ -87,6 +87,9 @@ _BAD_JSON_LEAVES = st.one_of(
     _spliced(_BAD_TEXT_CHARS),
     st.sampled_from([{1, 2}, b"bytes", decimal.Decimal("1.5"), datetime(2024, 1, 1), object(), 1j]),
     st.builds(_nest, st.integers(64, 150), st.just(1), st.booleans()),
+)
+_BAD_JSON_LEAVES = st.one_of(
+    _BAD_ACYCLIC,
     st.builds(_cyclic, st.booleans()),
     st.builds(lambda k: {k: 1}, st.one_of(st.integers(), st.none(), st.tuples(st.integers()))),
     st.builds(lambda k: {k: 1}, _spliced(_BAD_TEXT_CHARS)),
@@ -139,6 +142,15 @@ def _looped() -> Looped:
     return job
 
 
+@dataclasses.dataclass
+class Notice:
+    """Args that look plain (what ``insert_job`` without options prepares on its short path) but for one field."""
+
+    to: str
+    value: Any
+    count: int = 1
+
+
 @st.composite
 def bad_job(draw: st.DrawFn) -> tuple[Any, dict[str, Any], str]:
     """(args, options, the field the error must name); exactly one thing is bad."""
@@ -148,7 +160,7 @@ def bad_job(draw: st.DrawFn) -> tuple[Any, dict[str, Any], str]:
         st.sampled_from(
             [
                 *("kind", "queue", "tags", "tag", "ordering_key", "args", "metadata", "run_at"),
-                *("priority", "max_attempts", "unique", "args_type", "looped"),
+                *("priority", "max_attempts", "unique", "args_type", "looped", "field"),
             ]
         )
     )
@@ -198,6 +210,8 @@ def bad_job(draw: st.DrawFn) -> tuple[Any, dict[str, Any], str]:
     if where == "looped":
         opts.pop("kind")
         return _looped(), opts, "args"
+    if where == "field":
+        return Notice(to="a@example.com", value=draw(_BAD_ACYCLIC)), {}, "args.value"
     return draw(st.one_of(st.lists(st.integers(), max_size=2), st.integers(), st.text(max_size=3), st.none())), opts, ""
 
 

@@ -21,6 +21,18 @@ class Payload:
     items: list[Any]
 
 
+@dataclasses.dataclass
+class Reminder:
+    """Plain-looking args (``insert_job`` without options tries its short path first)."""
+
+    to: str
+    count: int = 1
+
+
+# A class whose derived kind is one character past the limit.
+LongNamed = dataclasses.make_dataclass("L" + "x" * 200, [("to", str)])
+
+
 class Custom:
     pass
 
@@ -60,6 +72,10 @@ CASES: list[tuple[str, Any, dict[str, Any], str, str]] = [
     ("nan", {"f": float("nan")}, {}, "args.f", "finite"),
     ("non-str key", {1: "x"}, {}, "args", "keys must be strings"),
     ("dataclass bad item", Payload(items=[1, object()]), {}, "args.items[1]", "not JSON-serializable"),
+    ("NUL in a dataclass field", Reminder(to="a\x00b"), {}, "args.to", "NUL"),
+    ("surrogate in a dataclass field", Reminder(to="\udc00"), {}, "args.to", "UTF-8"),
+    ("dataclass int beyond int64", Reminder(to="a", count=2**63), {}, "args.count", "64-bit"),
+    ("dataclass kind 201 chars", LongNamed(to="a"), {}, "kind", "limit is 200"),
     ("unknown unique option", {}, {"unique": {"by_quue": True}}, "unique", "unknown option 'by_quue'"),
     ("unique states unknown", {}, {"unique": {"states": ["done"]}}, "unique.states", "unknown state"),
     ("unique by_period str", {}, {"unique": {"by_period": "day"}}, "unique.by_period", "integer"),
