@@ -8,8 +8,8 @@ divided by the difference of the call counts is the cost of one call, start-up
 excluded. It counts the Python process only (the interpreter, the driver,
 the event loop and the system-call entry), not PostgreSQL's side of the
 statement. A second table takes ``insert_job``'s own client path apart
-(``prepare_job``'s steps, the statement, the returned ``Job``), with no
-database, each row one step more than the row before.
+(the short path of plain args and ``prepare_job``'s full one, the statement,
+the returned ``Job``), with no database, each part one step more than the part it builds on.
 
     python benchmarks/count_enqueue_instructions.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 
@@ -158,39 +158,64 @@ CASES = [
 ]
 
 
-# insert_job's client path taken apart, no database: each part adds one step to the one before,
-# so the difference of two rows is what that step costs. The args object is made in every row.
-PARTS = [
-    "the args object (a dataclass) alone",
-    "+ coerce_args (its fields read into a dict, its kind)",
-    "+ canonical_json (validation and the sorted JSON text)",
-    "= prepare_job (+ name check, the PreparedJob)",
-    "+ statement() and its asyncpg parameters",
-    "+ inserted() (the returned Job)",
-]
+# insert_job's client path taken apart, no database: each part adds one step to the part it names,
+# so the difference of the two is what that step costs. The args object is made in every part. Plain
+# args (insert_job with no option but kind) take the short path (plain_args); with any other option
+# they take prepare_job's full path, counted in the last three parts.
+ARGS_ALONE = "the args object (a dataclass) alone"
+PLAIN = "+ plain_args (fields read and checked, the sorted JSON text)"
+PREPARED = "= the PreparedJob insert_job makes of plain args (+ name check)"
+STATEMENT = "+ statement() and its asyncpg parameters"
+INSERTED = "+ inserted() (the returned Job)"
+COERCE = "full path: args + coerce_args (its fields read into a dict, its kind)"
+CANONICAL = "full path: + canonical_json (validation and the sorted JSON text)"
+PREPARE_JOB = "full path: = prepare_job (+ name check, the PreparedJob)"
+# part -> the part it adds a step to
+PARTS: dict[str, str | None] = {
+    ARGS_ALONE: None,
+    PLAIN: ARGS_ALONE,
+    PREPARED: PLAIN,
+    STATEMENT: PREPARED,
+    INSERTED: STATEMENT,
+    COERCE: ARGS_ALONE,
+    CANONICAL: COERCE,
+    PREPARE_JOB: CANONICAL,
+}
 
 
 def _parts_case(case: str, calls: int) -> None:
     from datetime import UTC, datetime
 
     from awa_bridge import prepare_job
-    from awa_bridge.args import canonical_json, coerce_args
+    from awa_bridge.args import canonical_json, coerce_args, plain_args
+    from awa_bridge.enqueue import _as_prepared
 
     row = {"id": 1, "created_at": datetime.now(UTC)}
-    step = PARTS.index(case)
+    # Decided once: string comparisons in the loop would add to every part's count.
+    plain, short, statement, inserted = (
+        case == PLAIN,
+        case in (PREPARED, STATEMENT, INSERTED),
+        case in (STATEMENT, INSERTED),
+        case == INSERTED,
+    )
+    coerce, canonical, full = case in (COERCE, CANONICAL), case == CANONICAL, case == PREPARE_JOB
     for n in range(calls):
         args = SendEmail("a@example.com", "Hi", n)
-        if step in (1, 2):
-            data, _kind = coerce_args(args)
-            if step == 2:
-                canonical_json(data, "args")
-        elif step >= 3:
-            prepared = prepare_job(args)
-            if step >= 4:
+        if plain:
+            plain_args(args)
+        elif short:
+            prepared = _as_prepared(args, {})
+            if statement:
                 query, params = prepared.statement()
                 query.positional(params)
-            if step == 5:
+            if inserted:
                 prepared.inserted(row)
+        elif coerce:
+            data, _kind = coerce_args(args)
+            if canonical:
+                canonical_json(data, "args")
+        elif full:
+            prepare_job(args)
 
 
 def run_case(url: str, case: str, calls: int) -> None:
@@ -343,12 +368,12 @@ def count(args: argparse.Namespace, url: str) -> None:
     print()
     print("| insert_job's client path, part by part (no database) | client instructions per call | this step |")
     print("|---|---:|---:|")
-    before: int | None = None
+    costs: dict[str, int] = {}
     for part in parts:
-        cost = per_call(url, part, args)
-        step = f"{cost - before:,}" if before is not None else "-"
+        cost = costs[part] = per_call(url, part, args)
+        base = PARTS[part]
+        step = f"{cost - costs[base]:,}" if base in costs else "-"
         print(f"| {part} | {cost:,} | {step} |", flush=True)
-        before = cost
 
 
 if __name__ == "__main__":
