@@ -139,7 +139,8 @@ def plain_args(args: Any) -> tuple[dict[str, Any], str | None, str] | None:
         data = dict(args)
     else:
         cls: type = type(args)
-        shape = _dataclass_shape(cls)  # None for a class passed as args: its type is not a dataclass
+        # A class passed as args is refused by coerce_args, even one whose metaclass is a dataclass.
+        shape = None if isinstance(args, type) else _dataclass_shape(cls)
         if shape is None:
             return None
         names, kind = shape

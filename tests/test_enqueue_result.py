@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -188,6 +189,17 @@ _KEYS = st.one_of(
 )
 # kind= left out (the dataclass's own, or the error of a dict without one), a good one, or a bad one.
 _KIND_OPTIONS = st.sampled_from([{}, {"kind": "given_kind"}, {"kind": None}, {"kind": "bad\nkind"}])
+# Class names, so the derived kind varies: CamelCase ones, and one a character past the limit.
+_CLASS_NAMES = st.one_of(st.from_regex(r"[A-Z][A-Za-z0-9]{0,12}", fullmatch=True), st.just("L" + "x" * 200))
+
+
+@dataclasses.dataclass(init=False)
+class _DataclassMeta(type):
+    x: int = 1
+
+
+class _OfDataclassMeta(metaclass=_DataclassMeta):
+    """A class whose type is a dataclass: as args it is refused like any class."""
 
 
 def _plain_value(value: Any) -> bool:
@@ -200,24 +212,44 @@ def _plain_value(value: Any) -> bool:
 
 @st.composite
 def _args_and_kind(draw: st.DrawFn) -> tuple[Any, dict[str, Any], bool]:
-    """Args (a dataclass instance or a dict), the kind option, and whether the args are plain."""
+    """Args (a dataclass instance, a dict, or something that is no args), the kind option, and
+    whether the args are plain."""
     opts = draw(_KIND_OPTIONS)
-    if draw(st.booleans()):
+    shape = draw(st.sampled_from(["dataclass", "dict", "other"]))
+    if shape == "dataclass":
         values = draw(st.lists(_FIELD_VALUES, max_size=4))
-        sample = dataclasses.make_dataclass("ShortPathSample", [f"f{i}" for i in range(len(values))])
+        sample = dataclasses.make_dataclass(draw(_CLASS_NAMES), [f"f{i}" for i in range(len(values))])
         return sample(*values), opts, all(map(_plain_value, values))
-    data = draw(st.dictionaries(_KEYS, _FIELD_VALUES, max_size=4))
-    return (
-        data,
-        opts,
-        all(_plain_value(key) and type(key) is str for key in data) and all(map(_plain_value, data.values())),
-    )
+    if shape == "dict":
+        data = draw(st.dictionaries(_KEYS, _FIELD_VALUES, max_size=4))
+        keys_plain = all(_plain_value(key) and type(key) is str for key in data)
+        return data, opts, keys_plain and all(map(_plain_value, data.values()))
+    other = draw(st.sampled_from([Letter, _OfDataclassMeta, [1], None, "text"]))
+    return other, opts, False
+
+
+def _functions_called(call: Any) -> set[str]:
+    """The names of the Python functions ``call()`` runs (its exception, if any, swallowed)."""
+    called: set[str] = set()
+
+    def profile(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call":
+            called.add(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    except (ValidationError, TypeError):
+        pass
+    finally:
+        sys.setprofile(None)
+    return called
 
 
 def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
     """``insert_job`` with no option but ``kind`` prepares plain args (a dataclass, or a dict of plain
     values) on a short path (``plain_args``): the same ``PreparedJob``, the same row and ``Job``, the
-    same error, as the full ``prepare_job``."""
+    same error, as the full ``prepare_job``; and it does take that path (no ``coerce_args``)."""
     short = 0
     with psycopg.connect(db_url) as conn:
 
@@ -228,15 +260,20 @@ def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
             args, opts, plain = case
             note(f"{args!r} {opts!r}")
             assert (plain_args(args) is not None) == plain
+            # A dict takes the short path only with a kind to go with it.
+            takes_short = plain and (opts.get("kind") is not None or not isinstance(args, dict))
+            called = _functions_called(lambda: awa_bridge.insert_job_sync(conn, args, **opts))
+            conn.rollback()
+            assert ("coerce_args" not in called) == takes_short, sorted(called)
             try:
                 expected = awa_bridge.prepare_job(args, **opts)
-            except ValidationError as exc:
-                with pytest.raises(ValidationError) as raised:
+            except (ValidationError, TypeError) as exc:
+                with pytest.raises(type(exc)) as raised:
                     awa_bridge.insert_job_sync(conn, args, **opts)
                 assert str(raised.value) == str(exc)
                 conn.rollback()
                 return
-            short += plain
+            short += takes_short
             assert _as_prepared(args, opts).__dict__ == expected.__dict__  # flat args kept alike
             job = awa_bridge.insert_job_sync(conn, args, **opts)
             full = awa_bridge.insert_job_sync(conn, expected)
@@ -248,3 +285,32 @@ def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
 
         check()
     assert short >= 40  # the short path was taken, not only the full one
+
+
+async def test_a_job_is_the_args_as_they_were_at_the_call(db_url: str) -> None:
+    """``insert_job`` prepares at the call: args changed before the awaitable is awaited change
+    neither the row nor the returned ``Job``, and two awaitables made before either is awaited keep
+    their own (the short path copies the caller's dict and its own template)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        first_args, second_args = {"n": 1, "to": "a@example.com"}, {"n": 2, "to": "b@example.com"}
+        first = awa_bridge.insert_job(conn, first_args, kind="kept")
+        second = awa_bridge.insert_job(conn, second_args, kind="kept")
+        letter = Letter("c@example.com", 3, False)
+        third = awa_bridge.insert_job(conn, letter)
+        first_args["n"] = 99
+        second_args.clear()
+        letter.count = 99
+        jobs = [await first, await second, await third]
+        rows = {row["id"]: json.loads(row["args"]) for row in await conn.fetch("SELECT id, args FROM awa.jobs")}
+    finally:
+        await conn.close()
+    assert [job.args for job in jobs] == [
+        {"n": 1, "to": "a@example.com"},
+        {"n": 2, "to": "b@example.com"},
+        {"to": "c@example.com", "count": 3, "urgent": False, "note": None},
+    ]
+    assert [rows[job.id] for job in jobs] == [job.args for job in jobs]
+    assert jobs[0].args is not first_args
