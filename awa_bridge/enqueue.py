@@ -321,20 +321,10 @@ def _as_prepared(args: Any, opts: dict[str, Any]) -> PreparedJob:
     return prepare_job(args, **opts)
 
 
-# What prepare_job gives a job at every default option, but for its kind and args.
+# What prepare_job gives a job at every default option, but for its kind and args: taken from
+# prepare_job itself, so the defaults stay written once.
 _PLAIN_JOB: dict[str, Any] = {
-    "kind": None,
-    "queue": DEFAULT_QUEUE,
-    "args_json": None,
-    "state": JobState.available,
-    "priority": DEFAULT_PRIORITY,
-    "max_attempts": DEFAULT_MAX_ATTEMPTS,
-    "run_at": None,
-    "metadata_json": "{}",
-    "tags": (),
-    "unique_key": None,
-    "unique_states": None,
-    "ordering_key": None,
+    name: value for name, value in vars(prepare_job({}, kind="plain")).items() if name != "_flat_args"
 }
 
 
