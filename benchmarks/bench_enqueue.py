@@ -91,7 +91,10 @@ def single_tx(conn: Any) -> Any:
 
 
 def dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"))
+    """JSON text made by hand, as an application would: ``json.dumps`` with its defaults (its one
+    shared encoder; any keyword argument builds a new encoder per call, about 1.6 us more a call
+    between round trips on this host, which until 2026-12-07 the bare rows and the peers paid)."""
+    return json.dumps(data)
 
 
 # -- databases -----------------------------------------------------------------

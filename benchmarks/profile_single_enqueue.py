@@ -20,7 +20,11 @@ chunks) and calls/s. The cases peel the path apart:
 * pgqueuer's ``Queries.enqueue(entrypoint, payload)``.
 
 With ``--profile`` it also prints the top functions of ``insert_job`` and of
-``Client.insert`` under cProfile. ``synchronous_commit`` is off on the
+``Client.insert`` under cProfile. With ``--steps`` it prints instead what each
+step of ``insert_job``'s own client path costs where it runs in real use:
+timed one call at a time just after a round trip to the server (the caches
+have gone cold while the client waited), beside the same step in a tight loop
+of its own (warm), and beside the bare INSERT's own ``json.dumps``. ``synchronous_commit`` is off on the
 throwaway database unless ``--durable``, so that the figures are the client's
 and server's CPU, not the disk's flush.
 
@@ -40,6 +44,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +53,7 @@ import bench_procs as bp
 import bench_worker as bw
 
 Call = Callable[[int], Awaitable[Any]]
+BARE_INSERT = "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, $3::jsonb) RETURNING id"
 
 
 async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]]]:
@@ -78,7 +84,7 @@ async def cases(url: str) -> tuple[dict[str, Call], Callable[[], Awaitable[None]
 
     async def bare(i: int) -> Any:
         return await conn.fetchval(
-            "INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, $3::jsonb) RETURNING id",
+            BARE_INSERT,
             "send_email",
             "bench",
             json.dumps(args(i)),
@@ -162,6 +168,115 @@ async def measure(calls: dict[str, Call], n: int, chunk: int) -> dict[str, list[
     return per_call
 
 
+@dataclass
+class SendEmail:
+    """The args of the steps table (the benchmarks' job: ``bench_enqueue.SendEmail``)."""
+
+    to: str
+    subject: str
+    n: int
+
+
+STEP_NAMES = (
+    "the bare INSERT's own json.dumps of the args dict",
+    "insert_job's preparation of the args (the short path for plain args)",
+    "prepare_job of the same args (the full path)",
+    "statement() and its asyncpg parameters",
+    "the round trip of insert_job's statement",
+    "inserted(): the returned Job",
+)
+
+
+async def steps(url: str, n: int) -> dict[str, tuple[float, float]]:
+    """Each step of ``insert_job``'s client path: (cold, warm) median nanoseconds.
+
+    Cold: each round sends a bare INSERT and then ``insert_job``'s statement,
+    timing every step of its own on the way, one call each; the short and the
+    full preparation alternate from round to round. Warm: each step repeated
+    back to back in a loop of its own. The steps are ``insert_job``'s own
+    parts, called as it calls them (``_as_prepared`` is what it does to its
+    args and options).
+    """
+    import asyncpg
+
+    from awa_bridge.enqueue import _as_prepared, prepare_job
+
+    clock = time.perf_counter_ns
+    conn = await asyncpg.connect(url)
+    try:
+        cold: dict[str, list[int]] = {name: [] for name in STEP_NAMES}
+        dumps_, short, full, statement, round_trip, inserted = STEP_NAMES
+        warm_up = min(200, n // 4)
+        for i in range(n + warm_up):
+            data = {"to": f"user{i}@example.com", "subject": "Welcome aboard", "n": i}
+            began = clock()
+            text = json.dumps(data)
+            took = {dumps_: clock() - began}
+            await conn.fetchval(BARE_INSERT, "send_email", "default", text)
+            args = SendEmail(**data)
+            began = clock()
+            prepared = _as_prepared(args, {}) if i % 2 else prepare_job(args)
+            took[short if i % 2 else full] = clock() - began
+            began = clock()
+            query, params = prepared.statement()
+            ordered = query.positional(params)
+            took[statement] = clock() - began
+            began = clock()
+            row = await conn.fetchrow(query.numeric, *ordered)
+            took[round_trip] = clock() - began
+            began = clock()
+            prepared.inserted(row)
+            took[inserted] = clock() - began
+            if i >= warm_up:
+                for name, value in took.items():
+                    cold[name].append(value)
+        args = SendEmail("user@example.com", "Welcome aboard", 1)
+        data = vars(args)
+        prepared = prepare_job(args)
+        query, params = prepared.statement()
+        row = await conn.fetchrow(query.numeric, *query.positional(params))
+        loops: dict[str, Callable[[], Any]] = {
+            dumps_: lambda: json.dumps(data),
+            short: lambda: _as_prepared(args, {}),
+            full: lambda: prepare_job(args),
+            statement: lambda: query.positional(prepared.statement()[1]),
+            inserted: lambda: prepared.inserted(row),
+        }
+        warm = {name: _tight_loop(loop, 2000) for name, loop in loops.items()}
+        await conn.execute("DELETE FROM awa.jobs")
+    finally:
+        await conn.close()
+    return {name: (statistics.median(cold[name]), warm.get(name, float("nan"))) for name in STEP_NAMES}
+
+
+def _tight_loop(step: Callable[[], Any], n: int) -> float:
+    """Median nanoseconds of ``step`` in chunks of 100 calls back to back."""
+    clock = time.perf_counter_ns
+    chunks = []
+    for _ in range(max(1, n // 100)):
+        began = clock()
+        for _ in range(100):
+            step()
+        chunks.append((clock() - began) / 100)
+    return statistics.median(chunks)
+
+
+def print_steps(per_step: dict[str, tuple[float, float]], n: int, durable: bool) -> None:
+    print(f"# Single enqueue, insert_job's own steps between round trips ({n} rounds)")
+    print()
+    print(
+        f"asyncpg; synchronous_commit {'as the server has it' if durable else 'off'}; "
+        f"load average {bw._loadavg()}. Cold: one call just after a round trip, as in real use; "
+        "warm: the same step in a tight loop of its own."
+    )
+    print()
+    print("| step | cold, us | warm, us |")
+    print("|---|---:|---:|")
+    for name, (cold, warm) in per_step.items():
+        warm_text = "-" if warm != warm else f"{warm / 1000:,.1f}"
+        print(f"| {name} | {cold / 1000:,.1f} | {warm_text} |")
+
+
 async def profile(call: Call, n: int, top: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -190,6 +305,9 @@ async def run(args: argparse.Namespace, server_url: str) -> None:
         if not args.durable:
             await conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
         await conn.close()
+        if args.steps:
+            print_steps(await steps(url, args.n), args.n, args.durable)
+            return
         calls, close = await cases(url)
         try:
             per_call = await measure(calls, args.n, args.chunk)
@@ -226,6 +344,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk", type=int, default=100, help="calls per interleaved turn (default 100)")
     parser.add_argument("--durable", action="store_true", help="keep the server's synchronous_commit")
     parser.add_argument("--profile", action="store_true", help="also cProfile insert_job and Client.insert")
+    parser.add_argument(
+        "--steps", action="store_true", help="time each step of insert_job between round trips instead (n rounds)"
+    )
     parser.add_argument("--top", type=int, default=25, help="functions per profile (default 25)")
     args = parser.parse_args(argv)
     if not args.database_url:

@@ -35,6 +35,7 @@ import bench_soak  # noqa: E402
 import bench_worker  # noqa: E402
 import count_enqueue_instructions  # noqa: E402
 import count_insert_server_instructions  # noqa: E402
+import profile_single_enqueue  # noqa: E402
 
 from .conftest import count_rows  # noqa: E402
 
@@ -573,6 +574,25 @@ def test_enqueue_rounds_are_shuffled_and_no_case_runs_twice_in_a_row() -> None:
     assert all(after[0] != before[-1] for before, after in itertools.pairwise(made))
     assert len({order[0] for order in made}) == len(cases), "every case gets to go first"
     assert bench_enqueue.next_order(["only"], random.Random(1)) == ["only"]
+
+
+def test_profile_steps_times_each_step_of_insert_job_between_round_trips(server_url: str) -> None:
+    """``profile_single_enqueue.py --steps`` prints one row per step of ``insert_job``'s client path,
+    each timed cold (just after a round trip) and, but for the round trip, warm (a loop of its own)."""
+    out, _, _ = run_script(server_url, "profile_single_enqueue.py", "--steps", "-n", "60")
+    assert "insert_job's own steps between round trips (60 rounds)" in out
+    rows = {}
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in profile_single_enqueue.STEP_NAMES:
+            rows[cells[0]] = cells[1:]
+    assert list(rows) == list(profile_single_enqueue.STEP_NAMES), out
+    for name, (cold, warm) in rows.items():
+        assert float(cold.replace(",", "")) > 0, (name, cold)
+        if name == "the round trip of insert_job's statement":
+            assert warm == "-"
+        else:
+            assert float(warm.replace(",", "")) > 0, (name, warm)
 
 
 def test_enqueue_benchmark_measures_client_insert_in_autocommit(server_url: str) -> None:
