@@ -162,25 +162,25 @@ CASES = [
 # insert_job's client path taken apart, no database: each part adds one step to the part it names,
 # so the difference of the two is what that step costs. The args object is made in every part. Plain
 # args (insert_job with no option but kind) take the short path (plain_args); with any other option
-# they take prepare_job's full path, counted in the last three parts.
+# they take prepare_job's full path, counted in the last four parts.
 ARGS_ALONE = "the args object (a dataclass) alone"
 PLAIN = "+ plain_args (fields read and checked, the sorted JSON text)"
-PREPARED = "= the PreparedJob insert_job makes of plain args (+ name check)"
-STATEMENT = "+ statement() and its asyncpg parameters"
-INSERTED = "+ inserted() (the returned Job)"
+PREPARED = "= what insert_job makes of plain args: the statement's parameters, the Job's fields (plain_insert)"
+INSERTED = "+ inserted_plain() (the returned Job, from the row)"
 COERCE = "full path: args + coerce_args (its fields read into a dict, its kind)"
 CANONICAL = "full path: + canonical_json (validation and the sorted JSON text)"
 PREPARE_JOB = "full path: = prepare_job (+ name check, the PreparedJob)"
+FULL_INSERTED = "full path: + statement(), its asyncpg parameters and inserted() (the returned Job)"
 # part -> the part it adds a step to
 PARTS: dict[str, str | None] = {
     ARGS_ALONE: None,
     PLAIN: ARGS_ALONE,
     PREPARED: PLAIN,
-    STATEMENT: PREPARED,
-    INSERTED: STATEMENT,
+    INSERTED: PREPARED,
     COERCE: ARGS_ALONE,
     CANONICAL: COERCE,
     PREPARE_JOB: CANONICAL,
+    FULL_INSERTED: PREPARE_JOB,
 }
 
 
@@ -189,34 +189,32 @@ def _parts_case(case: str, calls: int) -> None:
 
     from awa_bridge import prepare_job
     from awa_bridge.args import canonical_json, coerce_args, plain_args
-    from awa_bridge.enqueue import _as_prepared
+    from awa_bridge.enqueue import inserted_plain, plain_insert
 
     row = {"id": 1, "created_at": datetime.now(UTC)}
     # Decided once: string comparisons in the loop would add to every part's count.
-    plain, short, statement, inserted = (
-        case == PLAIN,
-        case in (PREPARED, STATEMENT, INSERTED),
-        case in (STATEMENT, INSERTED),
-        case == INSERTED,
-    )
-    coerce, canonical, full = case in (COERCE, CANONICAL), case == CANONICAL, case == PREPARE_JOB
+    plain, short, inserted = case == PLAIN, case in (PREPARED, INSERTED), case == INSERTED
+    coerce, canonical = case in (COERCE, CANONICAL), case == CANONICAL
+    full, full_inserted = case in (PREPARE_JOB, FULL_INSERTED), case == FULL_INSERTED
     for n in range(calls):
         args = SendEmail("a@example.com", "Hi", n)
         if plain:
             plain_args(args)
         elif short:
-            prepared = _as_prepared(args, {})
-            if statement:
-                query, params = prepared.statement()
-                query.positional(params)
+            planned = plain_insert(args, {})
             if inserted:
-                prepared.inserted(row)
+                assert planned is not None
+                inserted_plain(planned[1], row)
         elif coerce:
             data, _kind = coerce_args(args)
             if canonical:
                 canonical_json(data, "args")
         elif full:
-            prepare_job(args)
+            prepared = prepare_job(args)
+            if full_inserted:
+                query, params = prepared.statement()
+                query.positional(params)
+                prepared.inserted(row)
 
 
 def run_case(url: str, case: str, calls: int) -> None:

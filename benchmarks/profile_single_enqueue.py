@@ -179,11 +179,11 @@ class SendEmail:
 
 STEP_NAMES = (
     "the bare INSERT's own json.dumps of the args dict",
-    "insert_job's preparation of the args (the short path for plain args)",
-    "prepare_job of the same args (the full path)",
-    "statement() and its asyncpg parameters",
+    "insert_job's short path for plain args: plain_insert (parameters and the Job's fields)",
+    "the full path: prepare_job, statement() and its asyncpg parameters",
     "the round trip of insert_job's statement",
-    "inserted(): the returned Job",
+    "short path: inserted_plain, the returned Job",
+    "full path: PreparedJob.inserted, the returned Job",
 )
 
 
@@ -191,21 +191,21 @@ async def steps(url: str, n: int) -> dict[str, tuple[float, float]]:
     """Each step of ``insert_job``'s client path: (cold, warm) median nanoseconds.
 
     Cold: each round sends a bare INSERT and then ``insert_job``'s statement,
-    timing every step of its own on the way, one call each; the short and the
-    full preparation alternate from round to round. Warm: each step repeated
-    back to back in a loop of its own. The steps are ``insert_job``'s own
-    parts, called as it calls them (``_as_prepared`` is what it does to its
-    args and options).
+    timing every step of its own on the way, one call each; the short path
+    (``plain_insert``, ``inserted_plain``: what ``insert_job`` does with plain
+    args and no option) and the full one (``prepare_job``, ``statement()``,
+    ``PreparedJob.inserted``: any other call) alternate from round to round.
+    Warm: each step repeated back to back in a loop of its own.
     """
     import asyncpg
 
-    from awa_bridge.enqueue import _as_prepared, prepare_job
+    from awa_bridge.enqueue import _INSERT_PLAIN, inserted_plain, plain_insert, prepare_job
 
     clock = time.perf_counter_ns
     conn = await asyncpg.connect(url)
     try:
         cold: dict[str, list[int]] = {name: [] for name in STEP_NAMES}
-        dumps_, short, full, statement, round_trip, inserted = STEP_NAMES
+        dumps_, short, full, round_trip, short_job, full_job = STEP_NAMES
         warm_up = min(200, n // 4)
         for i in range(n + warm_up):
             data = {"to": f"user{i}@example.com", "subject": "Welcome aboard", "n": i}
@@ -214,19 +214,29 @@ async def steps(url: str, n: int) -> dict[str, tuple[float, float]]:
             took = {dumps_: clock() - began}
             await conn.fetchval(BARE_INSERT, "send_email", "default", text)
             args = SendEmail(**data)
-            began = clock()
-            prepared = _as_prepared(args, {}) if i % 2 else prepare_job(args)
-            took[short if i % 2 else full] = clock() - began
-            began = clock()
-            query, params = prepared.statement()
-            ordered = query.positional(params)
-            took[statement] = clock() - began
+            if i % 2:
+                began = clock()
+                planned = plain_insert(args, {})
+                assert planned is not None
+                query, (params, job) = _INSERT_PLAIN, planned
+                ordered = query.positional(params)
+                took[short] = clock() - began
+            else:
+                began = clock()
+                prepared = prepare_job(args)
+                query, params = prepared.statement()
+                ordered = query.positional(params)
+                took[full] = clock() - began
             began = clock()
             row = await conn.fetchrow(query.numeric, *ordered)
             took[round_trip] = clock() - began
             began = clock()
-            prepared.inserted(row)
-            took[inserted] = clock() - began
+            if i % 2:
+                inserted_plain(job, row)
+                took[short_job] = clock() - began
+            else:
+                prepared.inserted(row)
+                took[full_job] = clock() - began
             if i >= warm_up:
                 for name, value in took.items():
                     cold[name].append(value)
@@ -235,12 +245,21 @@ async def steps(url: str, n: int) -> dict[str, tuple[float, float]]:
         prepared = prepare_job(args)
         query, params = prepared.statement()
         row = await conn.fetchrow(query.numeric, *query.positional(params))
+        planned = plain_insert(args, {})
+        assert planned is not None
+        job = planned[1]
+
+        def short_path() -> Any:
+            planned = plain_insert(args, {})
+            assert planned is not None
+            return _INSERT_PLAIN.positional(planned[0])
+
         loops: dict[str, Callable[[], Any]] = {
             dumps_: lambda: json.dumps(data),
-            short: lambda: _as_prepared(args, {}),
-            full: lambda: prepare_job(args),
-            statement: lambda: query.positional(prepared.statement()[1]),
-            inserted: lambda: prepared.inserted(row),
+            short: short_path,
+            full: lambda: query.positional(prepare_job(args).statement()[1]),
+            short_job: lambda: inserted_plain(job, row),  # the same dict again: its fields rewritten
+            full_job: lambda: prepared.inserted(row),
         }
         warm = {name: _tight_loop(loop, 2000) for name, loop in loops.items()}
         await conn.execute("DELETE FROM awa.jobs")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import awa_bridge
 from awa_bridge import ValidationError
 from awa_bridge.args import plain_args
-from awa_bridge.enqueue import _as_prepared, row_to_job
+from awa_bridge.enqueue import _INSERT_PLAIN, plain_insert, row_to_job
 
 
 @dataclasses.dataclass
@@ -248,8 +248,8 @@ def _functions_called(call: Any) -> set[str]:
 
 def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
     """``insert_job`` with no option but ``kind`` prepares plain args (a dataclass, or a dict of plain
-    values) on a short path (``plain_args``): the same ``PreparedJob``, the same row and ``Job``, the
-    same error, as the full ``prepare_job``; and it does take that path (no ``coerce_args``)."""
+    values) on a short path (``plain_insert``): the same statement and parameters, the same row and
+    ``Job``, the same error, as the full ``prepare_job``; and it does take that path (no ``coerce_args``)."""
     short = 0
     with psycopg.connect(db_url) as conn:
 
@@ -274,7 +274,9 @@ def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
                 conn.rollback()
                 return
             short += takes_short
-            assert _as_prepared(args, opts).__dict__ == expected.__dict__  # flat args kept alike
+            if takes_short:  # the same statement and parameters as the full path's
+                plan = plain_insert(args, opts)
+                assert plan is not None and (_INSERT_PLAIN, plan[0]) == expected.statement()
             job = awa_bridge.insert_job_sync(conn, args, **opts)
             full = awa_bridge.insert_job_sync(conn, expected)
             rows = conn.execute("SELECT id, CAST(args AS text) FROM awa.jobs WHERE id IN (%s, %s)", (job.id, full.id))
@@ -290,7 +292,8 @@ def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
 async def test_a_job_is_the_args_as_they_were_at_the_call(db_url: str) -> None:
     """``insert_job`` prepares at the call: args changed before the awaitable is awaited change
     neither the row nor the returned ``Job``, and two awaitables made before either is awaited keep
-    their own (the short path copies the caller's dict and its own template)."""
+    their own (the short path copies the caller's dict and its own template), down to the lists and
+    dicts of the ``Job``."""
     import asyncpg
 
     conn = await asyncpg.connect(db_url)
@@ -314,3 +317,9 @@ async def test_a_job_is_the_args_as_they_were_at_the_call(db_url: str) -> None:
     ]
     assert [rows[job.id] for job in jobs] == [job.args for job in jobs]
     assert jobs[0].args is not first_args
+    # Each Job's lists and dicts are its own: appending to one job's errors changes no other job's.
+    jobs[0].errors.append("changed")
+    jobs[0].metadata["changed"] = True
+    jobs[0].tags.append("changed")
+    for job in jobs[1:]:
+        assert (job.errors, job.metadata, job.tags) == ([], {}, [])
