@@ -349,7 +349,7 @@ def plain_insert(args: Any, opts: Mapping[str, Any]) -> tuple[dict[str, Any], di
     give, without the ``PreparedJob``, ``statement()`` and the copies between
     them: the single enqueue most applications make, whose own cost is mostly
     code run cache-cold after the previous round trip, so what it does not
-    touch is what it saves (7-15 us a call between round trips, about a third
+    touch is what it saves (7-19 us a call between round trips, about a third
     of its own cost: README, "Enqueue"). Anything else gives None and takes
     ``prepare_job``, which says what is wrong.
     """
