@@ -187,8 +187,11 @@ _KEYS = st.one_of(
     st.sampled_from(["k\x00", "\ud800", "caf\u00e9"]),
     st.integers(0, 3),
 )
-# kind= left out (the dataclass's own, or the error of a dict without one), a good one, or a bad one.
-_KIND_OPTIONS = st.sampled_from([{}, {"kind": "given_kind"}, {"kind": None}, {"kind": "bad\nkind"}])
+# kind= left out (the dataclass's own, or the error of a dict without one), a good one, or a bad one;
+# "" and 0 are falsy but given: they are checked (and refused), never replaced by a derived kind.
+_KIND_OPTIONS = st.sampled_from(
+    [{}, {"kind": "given_kind"}, {"kind": None}, {"kind": "bad\nkind"}, {"kind": ""}, {"kind": 0}]
+)
 # Class names, so the derived kind varies: CamelCase ones, and one a character past the limit.
 _CLASS_NAMES = st.one_of(st.from_regex(r"[A-Z][A-Za-z0-9]{0,12}", fullmatch=True), st.just("L" + "x" * 200))
 
