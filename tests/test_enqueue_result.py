@@ -289,7 +289,9 @@ def test_plain_args_take_a_short_path_to_the_same_job(db_url: str) -> None:
             conn.rollback()
 
         check()
-    assert short >= 40  # the short path was taken, not only the full one
+    # The short path was taken and compared, not only the full one: 34-62 of the 400 draws in twelve
+    # runs, the draws being random (kind="" and kind=0 raise on both paths and do not count).
+    assert short >= 15
 
 
 async def test_a_job_is_the_args_as_they_were_at_the_call(db_url: str) -> None:
