@@ -20,7 +20,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql as psql
 
+from awa_bridge.drivers.connect import LEADER_SETTINGS
 from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory
@@ -156,3 +158,48 @@ def test_history_pruning_is_by_row_address(busy: str, name: str, batch: int) -> 
         assert seq_scanned(plan) == [], plan
         assert conn.execute(QUERIES[name].pyformat, params).fetchone()[0] == batch
         conn.rollback()
+
+
+# The leader's batches over awa.jobs, with parameters of the kind its services pass.
+LEADER_BATCHES: dict[str, dict[str, Any]] = {
+    "delete_finished": {"completed_seconds": DAY, "failed_seconds": 3 * DAY, "limit": 1000},
+    "promote_due": {"limit": 1000},
+    "rescue_callback_timeouts": {"limit": 1000},
+    "rescue_expired_deadlines": {"limit": 1000},
+    "rescue_stale_heartbeats": {"staleness_seconds": 90.0, "limit": 1000, "held_ids": [1], "held_leases": [1]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEADER_BATCHES))
+def test_a_batch_first_run_on_an_empty_table_is_planned_again_once_it_fills(
+    make_database: Callable[[], str], name: str
+) -> None:
+    """On a fresh install the leader runs its batches every tick while awa.jobs is still empty and
+    never analyzed. Under PostgreSQL's default plan_cache_mode a prepared statement (asyncpg prepares
+    every one) switches after five executions to a generic plan made then, for a table the planner
+    takes for ten pages, and keeps it until an ANALYZE: retention then read the whole table at every
+    batch. The leader's session (``LEADER_SETTINGS``) plans each execution on the table as it is."""
+    db_url = make_database()
+    migrate(db_url)
+    params = LEADER_BATCHES[name]
+    query = QUERIES[name]
+    args = psql.SQL(", ").join(psql.Literal(value) for value in query.positional(params))
+    execute = psql.SQL("EXECUTE stmt({})").format(args)
+    with psycopg.connect(db_url) as conn:
+        for setting, value in LEADER_SETTINGS.items():
+            conn.execute(psql.SQL("SET {} = {}").format(psql.Identifier(setting), psql.Literal(value)))
+        conn.execute(f"PREPARE stmt AS {query.numeric}")  # trusted text: our own statements
+        for _ in range(6):  # five custom plans, then PostgreSQL's choice
+            conn.execute(execute)
+        conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, run_at, attempted_at,"
+            " heartbeat_at, deadline_at, finalized_at, callback_timeout_at)"
+            " SELECT 'k', 'q', '{}', CAST(s AS awa.job_state), 1, 1, now(), now(), now(), now() + interval '1 hour',"
+            " CASE WHEN s = 'completed' THEN now() END, CASE WHEN s = 'waiting_external' THEN now() END"
+            " FROM generate_series(1, 200000) AS g,"
+            " LATERAL (SELECT (ARRAY['completed', 'running', 'scheduled', 'waiting_external'])[1 + g % 4] AS s) AS x"
+        )
+        (raw,) = conn.execute(psql.SQL("EXPLAIN (FORMAT JSON) ") + execute).fetchone()
+        conn.rollback()
+    plan = dict((raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"])
+    assert "jobs" not in seq_scanned(plan), json.dumps(plan, indent=1)

@@ -238,3 +238,50 @@ def test_the_claim_reads_its_candidates_in_dispatch_order(big: str) -> None:
         conn.rollback()
     assert [node for node in nodes(plan) if "Sort" in node["Node Type"]] == [], json.dumps(plan, indent=1)
     assert "jobs_dispatch_idx" in [node.get("Index Name") for node in scans_of_jobs(plan)], json.dumps(plan, indent=1)
+
+
+@pytest.fixture(scope="module")
+def empty(server_url: str) -> Iterator[str]:
+    """A throwaway database just migrated: awa.jobs empty and never analyzed, as a fresh install's."""
+    url = create_database(server_url, prefix="awa_plans")
+    try:
+        migrate(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE awa.jobs SET (autovacuum_enabled = false)")  # no ANALYZE meanwhile
+        yield url
+    finally:
+        drop_database(server_url, url)
+
+
+@pytest.mark.parametrize("name", sorted(WORKER_POOL_STATEMENTS))
+def test_a_plan_made_while_jobs_was_empty_still_reads_jobs_through_an_index(empty: str, name: str) -> None:
+    """A worker started on a fresh install prepares its statements while awa.jobs is empty and has
+    never been analyzed; each connection keeps those generic plans until an ANALYZE invalidates
+    them (on a server with autovacuum off, for the connection's life). The planner then takes the
+    table for ten pages, for which reading it whole looks cheapest: the claim's UPDATE found its
+    200 ids by reading every row of awa.jobs, and a sustained 16,000 jobs/s fell to about 1,000
+    a second until autovacuum's first ANALYZE (bench_storage.py, 2026-12-07). Planned while empty,
+    executed once 200,000 jobs are there: still through an index."""
+    params = WORKER_POOL_STATEMENTS[name]
+    with psycopg.connect(empty, autocommit=True) as conn:
+        # Empty again: the rows an earlier test's rolled-back fill wrote still take up disk, and the
+        # planner would read the table's size from that instead of guessing ten pages.
+        conn.execute("TRUNCATE awa.jobs")
+        found = conn.execute(
+            "SELECT pg_relation_size('awa.jobs'), reltuples FROM pg_class WHERE oid = 'awa.jobs'::regclass"
+        ).fetchone()
+        assert found == (0, -1), found  # no pages, never analyzed
+    with psycopg.connect(empty) as conn:
+        as_the_pool_plans(conn)
+        leading = leading_columns(conn)
+        query = QUERIES[name]
+        conn.execute(f"PREPARE stmt AS {query.numeric}")  # trusted text: our own statements
+        args = sql.SQL(", ").join(sql.Literal(value) for value in query.positional(params))
+        execute = sql.SQL("EXECUTE stmt") + (sql.SQL("({})").format(args) if params else sql.SQL(""))
+        conn.execute(execute)  # the generic plan is made now, on the empty table, and cached
+        conn.execute(FILL_JOBS)
+        (raw,) = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + execute).fetchone()
+        conn.rollback()
+    plan = dict((raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"])
+    bad = [scan["Node Type"] for scan in scans_of_jobs(plan) if not reads_a_few_rows(scan, leading)]
+    assert bad == [], json.dumps(plan, indent=1)

@@ -25,14 +25,18 @@ if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
     from .psycopg import PsycopgAsync, PsycopgPool, PsycopgSync
 
 
-async def connect_async(url: str, *, application_name: str | None = None) -> Asyncpg:
-    """A new asyncpg connection (close it with ``await db.close()``)."""
+async def connect_async(
+    url: str, *, application_name: str | None = None, settings: dict[str, str] | None = None
+) -> Asyncpg:
+    """A new asyncpg connection (close it with ``await db.close()``), with session ``settings`` if given."""
     from .asyncpg import Asyncpg
 
-    return Asyncpg(await connect_asyncpg(url, application_name=application_name))
+    return Asyncpg(await connect_asyncpg(url, application_name=application_name, settings=settings))
 
 
-async def connect_asyncpg(url: str, *, application_name: str | None = None) -> asyncpg.Connection[Any]:
+async def connect_asyncpg(
+    url: str, *, application_name: str | None = None, settings: dict[str, str] | None = None
+) -> asyncpg.Connection[Any]:
     """A new bare asyncpg connection, for the one caller that hands it on as asyncpg itself.
 
     ``Client.insert``'s connections (``insert_pool``) are passed to
@@ -41,8 +45,17 @@ async def connect_asyncpg(url: str, *, application_name: str | None = None) -> a
     """
     import asyncpg
 
-    settings = {"application_name": application_name} if application_name else None
-    return await asyncpg.connect(url, server_settings=settings)
+    server_settings = {**(settings or {}), **({"application_name": application_name} if application_name else {})}
+    return await asyncpg.connect(url, server_settings=server_settings or None)
+
+
+# The maintenance leader's session. Its statements run a few times a second at most, each on
+# whatever the table is then: planned at every execution, never from a plan cached earlier. With
+# PostgreSQL's default (plan_cache_mode = auto) a statement executed five times on an empty,
+# never-analyzed awa.jobs (a fresh install's first seconds) switches to a generic plan made then, and
+# keeps it until an ANALYZE: retention's delete_finished found the batch's rows by reading the
+# whole table at every batch (tests/test_maintenance_plans.py).
+LEADER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
 
 
 async def connect_async_psycopg(url: str) -> PsycopgAsync:
@@ -82,7 +95,20 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
 #   than it saves; and before PostgreSQL 18 a disabled sort counts 10^10 in a plan's cost, so a
 #   statement that had to sort would be compiled (and optimised) at every execution (a benchmark
 #   loop whose claim sorted its last row ran at 1,515 jobs/s instead of 34,309).
-OWN_STATEMENT_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_sort": "off", "jit": "off"}
+# * enable_seqscan = off: a worker started on a fresh install plans its statements while awa.jobs is
+#   empty and has never been analyzed. The planner then takes the table for ten pages, which it
+#   reads whole more cheaply than through an index, and each connection keeps that plan until an
+#   ANALYZE (never, on a server with autovacuum off): the claim found its ids, and the completion
+#   its jobs, by reading every row of awa.jobs, and a sustained 16,000 jobs/s of bench_storage.py's
+#   SQL-only loop fell to about 1,000 a second for the half minute before autovacuum's first
+#   ANALYZE (2026-12-07). Every statement of the pool reads a few rows through an index; a
+#   sequential scan stays possible where no index serves (a last resort, as a sort is).
+OWN_STATEMENT_SETTINGS = {
+    "plan_cache_mode": "force_generic_plan",
+    "enable_sort": "off",
+    "enable_seqscan": "off",
+    "jit": "off",
+}
 
 
 async def create_pool(

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...drivers.connect import connect_async
+from ...drivers.connect import LEADER_SETTINGS, connect_async
 from ...sql import QUERIES
 from ..aio import sleep_unless
 from ..config import WorkerConfig
@@ -118,7 +118,7 @@ class Maintenance(threading.Thread):
                     db.terminate()  # closing the session releases the advisory lock
 
     async def _connect(self) -> Asyncpg:
-        return await connect_async(self.database_url, application_name="awa-maintenance")
+        return await connect_async(self.database_url, application_name="awa-maintenance", settings=LEADER_SETTINGS)
 
     async def _connect_uncancelled(self) -> Asyncpg:
         """Connect; cancelled meanwhile (the worker stops), let the handshake finish and close it.
