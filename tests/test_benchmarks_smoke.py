@@ -209,6 +209,44 @@ def test_scale_drains_a_never_analyzed_backlog(server_url: str) -> None:
     assert "Big / small: **" in out
 
 
+@pytest.mark.slow
+def test_storage_compares_one_table_with_the_split_layout(server_url: str) -> None:
+    """Both layouts drain every job and keep a sustained rate; the split's retention drops partitions,
+    and the one table's deletes its finished jobs: neither keeps much more than its retention's worth."""
+    out, err, _ = run_script(
+        server_url,
+        "bench_storage.py",
+        "--drain-jobs",
+        "3000",
+        "--rounds",
+        "2",
+        "--rate",
+        "200",
+        "--minutes",
+        "0.15",
+        "--report-seconds",
+        "3",
+        "--retention",
+        "2",
+        "--partition-seconds",
+        "1",
+        "--cleanup-interval",
+        "0.5",
+    )
+    assert "## Drain: 3,000 queued jobs, median of 2 interleaved rounds" in out, out + err
+    assert "Split / one table: **" in out
+    for layout in ("one table", "split"):
+        assert f"## {layout}: 200 jobs/s for 0.15 min, retention 2 s" in out
+    assert out.count("Verdict: **") == 2
+    dropped = re.search(r"Partitions dropped by retention: (\d+)\.", out)
+    assert dropped and int(dropped.group(1)) >= 3, out
+    # The last period of each layout: at 200 jobs/s with 2 s of retention (the split's up to 3 s, a
+    # partition's width more, a retention pass's interval more), nowhere near the 1,800 produced.
+    finished = [int(m.replace(",", "")) for m in re.findall(r"^\| 0:09 \|(?: [^|]+ \|){6} ([\d,]+) \|", out, re.M)]
+    assert len(finished) == 2 and max(finished) < 1200, out
+    assert "## Sustained, side by side" in out
+
+
 def test_soak_refuses_a_negative_step_settle() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_soak.py"), "--find-max", "--step-settle", "-1"],
@@ -400,6 +438,7 @@ def run_with_env_url(url: str, script: str, *args: str) -> subprocess.CompletedP
         "bench_pressure.py",
         "bench_scale.py",
         "bench_soak.py",
+        "bench_storage.py",
         "bench_worker.py",
         "count_drain_instructions.py",
         "count_enqueue_instructions.py",
@@ -432,6 +471,8 @@ def test_a_server_that_cannot_be_reached_is_one_line_and_status_2(script: str, u
         ("bench_executor.py", ("--jobs", "-1"), "--jobs"),
         ("bench_executor.py", ("--rounds", "0"), "--rounds"),
         ("bench_celery_limits.py", ("--tasks", "-1"), "--tasks"),
+        ("bench_storage.py", ("--drain-jobs", "-1"), "--drain-jobs"),
+        ("bench_storage.py", ("--rate", "0"), "--rate"),
     ],
 )
 def test_a_size_out_of_range_is_refused_before_anything_runs(script: str, args: tuple[str, ...], option: str) -> None:
