@@ -9,7 +9,8 @@ throwaway database migrated by awa_bridge:
 
 * one table: `awa.jobs` as it is. A claim and a completion each update a
   job's row; retention deletes it with the leader's own batch
-  (`delete_finished`), repeated until a batch comes back short, every
+  (`delete_finished`, `Cleanup.batch` rows, on a connection with the
+  leader's settings), repeated until a batch comes back short, every
   `--cleanup-interval` seconds (the worker's default 10).
 * split: live jobs in `awa.jobs_live` (`awa.jobs`'s columns, defaults,
   checks and indexes, and its insert trigger); the completion moves a job
@@ -58,9 +59,10 @@ import bench_procs as bp
 import bench_soak as bs
 import bench_worker as bw
 
-from awa_bridge.drivers.connect import OWN_STATEMENT_SETTINGS
-from awa_bridge.worker.config import DEFAULT_CLAIM_BATCH, DEFAULT_CLEANUP_INTERVAL_SECONDS, MAINTENANCE_BATCH
+from awa_bridge.drivers.connect import LEADER_SETTINGS, OWN_STATEMENT_SETTINGS
+from awa_bridge.worker.config import DEFAULT_CLAIM_BATCH, DEFAULT_CLEANUP_INTERVAL_SECONDS
 from awa_bridge.worker.maintenance.cleanup import delete_finished
+from awa_bridge.worker.maintenance.services import Cleanup
 from awa_bridge.worker.producer import FROM_THE_START
 
 ONE_TABLE = "one table"
@@ -264,13 +266,13 @@ class Layout:
         import asyncpg
 
         retention = self.args.retention
-        conn = await asyncpg.connect(self.url)  # the leader's own connection
+        conn = await asyncpg.connect(self.url, server_settings=LEADER_SETTINGS)  # as the leader's own
         try:
             while not stop.is_set():
                 if self.partitions is not None:
                     await self.partitions.keep(conn, retention)
                 else:
-                    while (await delete_finished(conn, retention, retention))[1] >= MAINTENANCE_BATCH:
+                    while (await delete_finished(conn, retention, retention, Cleanup.batch))[1] >= Cleanup.batch:
                         pass
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.args.cleanup_interval)
@@ -284,7 +286,14 @@ class Layout:
             await self.admin.execute("TRUNCATE awa.jobs_done")
         await self.admin.execute(f"VACUUM ANALYZE {self.live}")
 
+    async def ready(self, retention: float | None = None) -> None:
+        """The split's partitions for now and the next few widths (completions must find one), and
+        with ``retention`` none of the older ones left."""
+        if self.partitions is not None:
+            await self.partitions.keep(self.admin, retention)
+
     async def drain(self, n: int) -> float:
+        await self.ready()
         await self.admin.execute(ENQUEUE_SQL.format(live=self.live), bp.KIND, bp.QUEUE, n)
         await self.admin.execute(f"ANALYZE {self.live}")
         began = time.perf_counter()
@@ -318,6 +327,11 @@ async def sustained(db: Layout, args: argparse.Namespace) -> list[bs.Interval]:
 
     producer = bs.Producer(insert, args.rate)
     stop = asyncio.Event()
+    # Before the first completion, not raced by the retention task's first pass; the partitions
+    # left from the drains (emptied) go first, so that the count is of what this run drops.
+    await db.ready(args.retention)
+    if db.partitions is not None:
+        db.partitions.dropped = 0
     tasks = [
         asyncio.create_task(producer.run()),
         asyncio.create_task(db.retention(stop)),

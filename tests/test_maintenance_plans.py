@@ -178,7 +178,8 @@ def test_a_batch_first_run_on_an_empty_table_is_planned_again_once_it_fills(
     never analyzed. Under PostgreSQL's default plan_cache_mode a prepared statement (asyncpg prepares
     every one) switches after five executions to a generic plan made then, for a table the planner
     takes for ten pages, and keeps it until an ANALYZE: retention then read the whole table at every
-    batch. The leader's session (``LEADER_SETTINGS``) plans each execution on the table as it is."""
+    batch. The leader's session (``LEADER_SETTINGS``: ``enable_seqscan = off``) keeps such a plan on
+    its indexes and row addresses."""
     db_url = make_database()
     migrate(db_url)
     params = LEADER_BATCHES[name]
@@ -203,3 +204,28 @@ def test_a_batch_first_run_on_an_empty_table_is_planned_again_once_it_fills(
         conn.rollback()
     plan = dict((raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"])
     assert "jobs" not in seq_scanned(plan), json.dumps(plan, indent=1)
+
+
+async def test_the_leader_and_the_worker_pool_connect_with_their_settings(make_database: Callable[[], str]) -> None:
+    """The settings the plan tests assume are the ones the real connections carry."""
+    import uuid
+
+    from awa_bridge.drivers.connect import OWN_STATEMENT_SETTINGS, create_pool
+    from awa_bridge.worker.config import WorkerConfig
+    from awa_bridge.worker.maintenance.leader import Maintenance
+
+    db_url = make_database()
+    leader = Maintenance(db_url, WorkerConfig(), uuid.uuid4(), lambda rows: None, None)  # type: ignore[arg-type]
+    db = await leader._connect()
+    try:
+        for setting, value in LEADER_SETTINGS.items():
+            assert await db.conn.fetchval(f"SHOW {setting}") == value
+    finally:
+        await db.close()
+    pool = await create_pool(db_url, min_size=1, max_size=1, own_statements=True)
+    try:
+        async with pool.acquire() as conn:
+            for setting, value in OWN_STATEMENT_SETTINGS.items():
+                assert await conn.conn.fetchval(f"SHOW {setting}") == value
+    finally:
+        await pool.close()

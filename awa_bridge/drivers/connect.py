@@ -49,13 +49,15 @@ async def connect_asyncpg(
     return await asyncpg.connect(url, server_settings=server_settings or None)
 
 
-# The maintenance leader's session. Its statements run a few times a second at most, each on
-# whatever the table is then: planned at every execution, never from a plan cached earlier. With
-# PostgreSQL's default (plan_cache_mode = auto) a statement executed five times on an empty,
-# never-analyzed awa.jobs (a fresh install's first seconds) switches to a generic plan made then, and
-# keeps it until an ANALYZE: retention's delete_finished found the batch's rows by reading the
-# whole table at every batch (tests/test_maintenance_plans.py).
-LEADER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
+# The maintenance leader's session. Under PostgreSQL's default plan_cache_mode (auto) a statement
+# executed five times on an empty, never-analyzed awa.jobs (a fresh install's first seconds)
+# switches to a generic plan made then and keeps it until an ANALYZE: retention's delete_finished
+# found its batch's rows by reading the whole table at every batch (tests/test_maintenance_plans.py).
+# enable_seqscan = off keeps such plans on their indexes and row addresses, as in the worker's pool
+# (below). Planning every execution instead (plan_cache_mode = force_custom_plan) fixed it too, but
+# on PostgreSQL 18, which caches the plans of SQL functions, it re-planned awa.unique_key_holder
+# for every due job: promote_due took 74-75 ms a batch of 1,000 against 22-31 ms (2026-12-07).
+LEADER_SETTINGS = {"enable_seqscan": "off"}
 
 
 async def connect_async_psycopg(url: str) -> PsycopgAsync:
@@ -100,7 +102,7 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
 #   reads whole more cheaply than through an index, and each connection keeps that plan until an
 #   ANALYZE (never, on a server with autovacuum off): the claim found its ids, and the completion
 #   its jobs, by reading every row of awa.jobs, and a sustained 16,000 jobs/s of bench_storage.py's
-#   SQL-only loop fell to about 1,000 a second for the half minute before autovacuum's first
+#   SQL-only loop fell to 1,020-1,340 a second in the half minute before autovacuum's first
 #   ANALYZE (2026-12-07). Every statement of the pool reads a few rows through an index; a
 #   sequential scan stays possible where no index serves (a last resort, as a sort is).
 OWN_STATEMENT_SETTINGS = {
