@@ -77,25 +77,35 @@ REMAINING_SQL = "SELECT count(*) FROM awa.jobs WHERE queue = $1 AND state IN ('a
 # from the beginning at every claim instead, the loop walks the index entries of
 # every job claimed since the last vacuum: it ran a million-job backlog at two
 # thirds of its 50,000-job rate (2026-12-05), a handicap the worker does not have.
-SQL_CLAIM = """
+
+
+def claim_sql(table: str = "awa.jobs", waited: bool = False) -> str:
+    """The SQL-only loop's claim on ``table``; with ``waited``, also each job's seconds since it was made
+    (bench_storage.py's pickup latency), aggregated in the server as the ids are."""
+    extra = ", date_part('epoch', now() - j.created_at) AS waited" if waited else ""
+    agg = ", (SELECT array_agg(waited) FROM claimed) AS waited" if waited else ""
+    return f"""
 WITH candidates AS (
-    SELECT id FROM awa.jobs
+    SELECT id FROM {table}
     WHERE state = 'available' AND queue = $1
       AND (priority, run_at, id) > ($3::smallint, $4::timestamptz, $5::bigint)
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    UPDATE awa.jobs AS j
+    UPDATE {table} AS j
     SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
         attempted_at = now(), heartbeat_at = now(), deadline_at = now() + interval '5 minutes'
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state::text = 'available'
-    RETURNING j.id, j.priority, j.run_at
+    RETURNING j.id, j.priority, j.run_at{extra}
 ), last AS (
     SELECT priority, run_at, id FROM claimed ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1
 )
-SELECT (SELECT array_agg(id) FROM claimed) AS ids, priority, run_at, id AS last_id FROM last
+SELECT (SELECT array_agg(id) FROM claimed) AS ids{agg}, priority, run_at, id AS last_id FROM last
 """
+
+
+SQL_CLAIM = claim_sql()
 SQL_COMPLETE = """
 UPDATE awa.jobs
 SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL

@@ -56,6 +56,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_procs as bp
+import bench_scale
 import bench_soak as bs
 import bench_worker as bw
 
@@ -71,30 +72,9 @@ LAYOUTS = (ONE_TABLE, SPLIT)
 LIVE = {ONE_TABLE: "awa.jobs", SPLIT: "awa.jobs_live"}
 IDLE_SECONDS = 0.01  # the loop's wait after a claim that found nothing
 
-# bench_scale.py's claim (the worker's shape, scan continuing after the last job claimed while
-# claims come back full), on either layout's live table, also returning how long each job waited.
-CLAIM_SQL = """
-WITH candidates AS (
-    SELECT id FROM {live}
-    WHERE state = 'available' AND queue = $1
-      AND (priority, run_at, id) > ($3::smallint, $4::timestamptz, $5::bigint)
-    ORDER BY priority, run_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE {live} AS j
-    SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
-        attempted_at = now(), heartbeat_at = now(), deadline_at = now() + interval '5 minutes'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state::text = 'available'
-    RETURNING j.id, j.priority, j.run_at, date_part('epoch', now() - j.created_at) AS waited
-), last AS (
-    SELECT priority, run_at, id FROM claimed ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1
-)
-SELECT (SELECT array_agg(id) FROM claimed) AS ids, (SELECT array_agg(waited) FROM claimed) AS waited,
-       priority, run_at, id AS last_id
-FROM last
-"""
-
+# The claim is bench_scale.py's (``claim_sql``: the worker's shape, the scan continuing after the last
+# job claimed while claims come back full), on either layout's live table, also returning how long
+# each job waited.
 COMPLETE_ONE_TABLE = """
 UPDATE awa.jobs
 SET state = 'completed', finalized_at = now(), heartbeat_at = NULL, deadline_at = NULL
@@ -242,7 +222,7 @@ class Layout:
     async def loop(self, k: int, stop: asyncio.Event | None) -> None:
         """Claim and complete until nothing is left (``stop`` None) or until ``stop`` is set."""
         conn = self.conns[k]
-        claim = await conn.prepare(CLAIM_SQL.format(live=self.live))
+        claim = await conn.prepare(bench_scale.claim_sql(self.live, waited=True))
         complete = await conn.prepare(self.complete)
         batch, queue = self.args.batch, bp.QUEUE
         after: tuple[Any, ...] = FROM_THE_START
