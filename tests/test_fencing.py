@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -18,12 +19,14 @@ import psycopg
 import pytest
 
 import awa_bridge
+from awa_bridge.drivers.asyncpg import as_asyncpg
 from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client, RetryAfter, Snooze
 from awa_bridge.worker.completer import finalize_one
 from awa_bridge.worker.context import JobContext
 from awa_bridge.worker.maintenance.promote import promote_due
 from awa_bridge.worker.maintenance.rescue import rescue_expired_deadlines, rescue_stale_heartbeats
+from awa_bridge.worker.maintenance.services import RescueStaleHeartbeats, View
 from awa_bridge.worker.outcomes import Outcome
 from awa_bridge.worker.producer import claim_after
 
@@ -111,6 +114,42 @@ async def test_the_rescuing_process_never_rescues_the_attempts_it_holds_itself(
     assert sorted(r["id"] for r in rescued) == ids[1:]
     assert job_state(db_url, ids[0]) == "running"
     assert [r["id"] for r in await rescue_stale_heartbeats(conn, staleness=90)] == [ids[0]]
+
+
+async def test_a_heartbeat_rescue_that_reaches_the_server_long_after_the_leaders_check_rescues_nothing(
+    conn: asyncpg.Connection, db_url: str
+) -> None:
+    """The leader checks its view (no gap of its own), then stalls before its statement reaches the
+    server: frozen there, or, here, its held-attempts snapshot slow to come (0.8 s, past the view's
+    0.625 s). The statement refuses on the server's clock and rescues nothing; the leader's next
+    check sees the gap and waits a window; after it the stale attempt is rescued."""
+    job_id = await enqueue(conn)
+    await claim(conn)
+    await backdate_heartbeat(conn, job_id)
+    db = as_asyncpg(conn)
+    view = View(staleness=1.0, heartbeat_interval=0.25)
+    assert view.max_gap == 0.625
+
+    async def fresh() -> None:
+        while not view.step():
+            await asyncio.sleep(0.05)
+
+    def slow_snapshot() -> list[tuple[int, int]]:
+        time.sleep(0.8)  # the maintenance thread stuck between its check and the statement
+        return []
+
+    await fresh()
+    stalled = RescueStaleHeartbeats(0.1, lambda rows: None, 1.0, held=slow_snapshot)
+    assert await stalled.run_pass(db, view) == 0
+    assert job_state(db_url, job_id) == "running"
+
+    rescue = RescueStaleHeartbeats(0.1, lambda rows: None, 1.0, held=list)
+    assert await rescue.run_pass(db, view) == 0, "the gap was not seen"
+    assert rescue.due == view.fresh_at
+    await fresh()
+    assert await rescue.run_pass(db, view) == 1
+    row = job_row(db_url, job_id)
+    assert (row["state"], row["errors"][-1]["type"]) == ("available", "HeartbeatStale")  # promoted at once
 
 
 @pytest.mark.parametrize("change", ["cancel", "snooze", "retry_after"])

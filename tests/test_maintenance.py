@@ -107,7 +107,7 @@ async def test_cleanup_counts_a_job_retried_under_its_batch_in_the_batch(conn: a
             "UPDATE awa.jobs SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL WHERE id = %s",
             (oldest,),
         )
-        pass_ = asyncio.create_task(cleanup.run_pass(as_asyncpg(conn), View(staleness=1)))
+        pass_ = asyncio.create_task(cleanup.run_pass(as_asyncpg(conn), View(staleness=1, heartbeat_interval=0.25)))
         waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
         await wait_until(lambda: scalar(db_url, waiting, (conn.get_server_pid(),)), 10)
         operator.commit()
@@ -244,7 +244,7 @@ async def test_a_pass_stops_at_its_budget_and_is_due_again_at_once(conn: asyncpg
     is due at the next tick (not after its interval), so the leader's other services get their turn."""
     service = Sleeper(interval=60, budget=0.35, full=1000)
     began = time.monotonic()
-    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1))
+    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1, heartbeat_interval=0.25))
     batches = len(service.ended)
     assert 2 <= batches < 10 and handled == batches * service.batch
     assert service.ended[-1] - began >= 0.35, "stopped before its budget was spent"
@@ -254,7 +254,7 @@ async def test_a_pass_stops_at_its_budget_and_is_due_again_at_once(conn: asyncpg
 
 async def test_a_pass_ends_at_the_first_short_batch_and_waits_its_interval(conn: asyncpg.Connection) -> None:
     service = Sleeper(interval=60, budget=10, full=2)
-    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1))
+    handled = await service.run_pass(as_asyncpg(conn), View(staleness=1, heartbeat_interval=0.25))
     assert len(service.ended) == 3 and handled == 3 * service.batch - 1
     assert service.due > time.monotonic() + 55
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -25,7 +26,7 @@ from psycopg import sql as psql
 from awa_bridge.drivers.connect import LEADER_SETTINGS
 from awa_bridge.migrations import migrate
 from awa_bridge.sql import QUERIES
-from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory
+from awa_bridge.worker.maintenance.services import Cleanup, PruneClaims, PruneHistory, View
 
 from .dbutil import statistics
 from .test_contract import _index_names, _node_types
@@ -127,11 +128,14 @@ def test_heartbeat_rescue_reads_the_running_jobs_and_leaves_the_held_ones(busy: 
     with psycopg.connect(busy) as conn:
         conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'")
         held = conn.execute("SELECT id, run_lease FROM awa.jobs WHERE state = 'running' LIMIT 50").fetchall()
+        (viewed_at,) = conn.execute(QUERIES["server_clock"].pyformat).fetchone()
         params = {
             "staleness_seconds": 90.0,
             "limit": 1000,
             "held_ids": [i for i, _ in held],
             "held_leases": [lease for _, lease in held],
+            **View(90.0, 30.0).guard(),
+            "viewed_at": viewed_at,  # as View.check reads it
         }
         plan = plan_of(conn, "rescue_stale_heartbeats", params)
         assert "jobs" not in seq_scanned(plan), plan
@@ -166,7 +170,15 @@ LEADER_BATCHES: dict[str, dict[str, Any]] = {
     "promote_due": {"limit": 1000},
     "rescue_callback_timeouts": {"limit": 1000},
     "rescue_expired_deadlines": {"limit": 1000},
-    "rescue_stale_heartbeats": {"staleness_seconds": 90.0, "limit": 1000, "held_ids": [1], "held_leases": [1]},
+    "rescue_stale_heartbeats": {
+        "staleness_seconds": 90.0,
+        "limit": 1000,
+        "held_ids": [1],
+        "held_leases": [1],
+        # The leader's view, checked now; a day's gap so that the guard holds however late the test runs.
+        "viewed_at": datetime.now(UTC),
+        "max_gap_seconds": float(DAY),
+    },
 }
 
 

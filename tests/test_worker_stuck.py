@@ -262,6 +262,55 @@ def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_hea
     assert not leader.logged("rescued job")
 
 
+def test_leader_paused_with_a_worker_for_less_than_the_staleness_window_still_waits_for_its_heartbeats(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """A paused host shorter than the staleness window: 2.4 s, staleness 3 s, heartbeats every 1 s.
+
+    The leader and a worker running jobs are frozen together just before the
+    worker's next beat, its heartbeats 0.85 s old, and the leader is thawed
+    0.3 s before the worker: the worker's heartbeats are 3.3 s old then,
+    stale, though the leader's own gap was shorter than the window. A gap
+    longer than the staleness less an interval and a half (1.5 s here) makes
+    the leader wait one window, by which time the worker has beaten again.
+    (A leader that waited only after gaps longer than the window itself
+    rescued the worker's jobs at the thaw.)
+    """
+    env = {
+        "AWA_SLOW_SECONDS": "9",
+        "AWA_HEARTBEAT_INTERVAL": "1",
+        "AWA_HEARTBEAT_STALENESS": "3",
+        "AWA_LEADER_LEASE": "8",
+    }
+    leader, other, queue, ids = leader_and_worker_with_slow_jobs(app_db, probe, workers, env)
+    age = "SELECT EXTRACT(epoch FROM now() - heartbeat_at)::float8 FROM awa.jobs WHERE id = %s"
+
+    def paused_nearly_due() -> bool:
+        """Both stopped with the worker's last beat at least 0.8 s old; thawed again if a beat slipped in."""
+        wait_for(lambda: 0.85 <= probe.value(age, (ids[0],)) < 0.95, 10, "a heartbeat nearly due", interval=0.01)
+        leader.signal(signal.SIGSTOP)
+        other.signal(signal.SIGSTOP)
+        if probe.value(age, (ids[0],)) >= 0.8:
+            return True
+        leader.signal(signal.SIGCONT)
+        other.signal(signal.SIGCONT)
+        return False
+
+    wait_for(paused_nearly_due, 30, "a pause that began just before a beat")
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - stopped >= 2.4, 5, "a pause shorter than the staleness window")
+        assert probe.value(age, (ids[0],)) > 3.0, "the worker's heartbeats are not stale yet: no test"
+        leader.signal(signal.SIGCONT)
+        thawed = time.monotonic()
+        wait_for(lambda: time.monotonic() - thawed >= 0.3, 5, "the worker to stay frozen a little longer")
+    finally:
+        leader.signal(signal.SIGCONT)
+        other.signal(signal.SIGCONT)
+    kept_their_first_attempt(probe, queue, ids)
+    assert not leader.logged("rescued job")
+
+
 # -- an async handler blocking the leader's event loop -------------------------------------------
 
 

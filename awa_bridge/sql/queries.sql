@@ -443,12 +443,29 @@ UPDATE awa.maintenance_lease SET expires_at = now()
 WHERE name = 'maintenance' AND holder = %(holder)s
 RETURNING epoch
 
+-- name: server_clock
+-- The server's clock as this statement starts: where the leader's view of the
+-- heartbeats begins (view_still_fresh).
+SELECT statement_timestamp() AS at
+
+-- fragment: view_still_fresh
+-- The leader's judgement of other processes' heartbeats holds only if it has
+-- been running since it last checked its own gaps (services.View): a leader
+-- frozen after that check sends this statement at the thaw, when workers frozen
+-- with it look stale though alive. So the statement does nothing unless it
+-- starts within max_gap_seconds of viewed_at (server_clock, read before that
+-- check), both on the server's clock. Without a view (viewed_at NULL: a
+-- direct call) it is not guarded.
+(CAST(%(viewed_at)s AS timestamptz) IS NULL
+ OR statement_timestamp() <= CAST(%(viewed_at)s AS timestamptz) + make_interval(secs => %(max_gap_seconds)s))
+
 -- name: prune_runtime_instances
 -- Registry rows of processes that stopped refreshing them (died without a
 -- clean shutdown), older than the heartbeat staleness window.
 WITH doomed AS (
     SELECT ctid FROM awa.runtime_instances
     WHERE heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
+      AND /* include: view_still_fresh */
     LIMIT %(limit)s
 ), deleted AS (
     DELETE FROM awa.runtime_instances WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
@@ -525,7 +542,8 @@ awa.unique_key_holder(id, unique_key, unique_states,
 -- The attempts the rescuing process holds itself (id, run_lease) are left out:
 -- that process is alive (it is running this statement), whatever its heartbeats
 -- say; they go stale with it when it is frozen or starved, and it may resume
--- and send this statement before its heartbeat thread has beaten again.
+-- and send this statement before its heartbeat thread has beaten again. The
+-- others' are judged only while the leader's view is fresh (view_still_fresh).
 WITH candidates AS (
     SELECT id, run_lease, /* include: unique_holder_if_rescued */,
            format('heartbeat stale: no heartbeat for %%s s (attempt %%s); worker presumed dead',
@@ -534,6 +552,7 @@ WITH candidates AS (
     FROM awa.jobs
     WHERE state = 'running'
       AND heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s)
+      AND /* include: view_still_fresh */
       AND (id, run_lease) NOT IN (
           SELECT * FROM unnest(CAST(%(held_ids)s AS bigint[]), CAST(%(held_leases)s AS bigint[])))
     ORDER BY heartbeat_at

@@ -19,13 +19,16 @@ holds it) is replaced only at expiry, and takes it at a renewal once free.
 Stale-heartbeat rescue (and pruning the worker registry) waits until the
 leader has had one staleness window of continuous view of the database: after
 it becomes leader, after its connection comes back from an outage, and after
-it was itself not running for longer than the window. Live workers cut off
-only by an outage beat again meanwhile and keep their jobs; the jobs of a
-worker that really died are still rescued once the window has passed.
-Deadline and callback-timeout rescue need no such wait. Stale-heartbeat
-rescue never takes the attempts the leader's own process holds: they went
-stale with it, and a freeze can fall after the last check, before the
-statement reaches the server (their deadlines still apply).
+it was itself not running for long enough that workers paused with it may
+look stale (the window less an interval and a half of heartbeats,
+``services.View``). Live workers cut off only by an outage or a pause beat
+again meanwhile and keep their jobs; the jobs of a worker that really died are
+still rescued once the window has passed. A freeze after the leader's last
+check, before its statement reaches the server, is refused by the statement
+itself, on the server's clock. Deadline and callback-timeout rescue need no
+such wait. Stale-heartbeat rescue never takes the attempts the leader's own
+process holds: they went stale with it, and its heartbeat thread may resume
+later than its maintenance thread (their deadlines still apply).
 """
 
 from __future__ import annotations
@@ -208,7 +211,7 @@ class Maintenance(threading.Thread):
     async def _serve(self, term: Term) -> None:
         """The services, on a connection of their own, while ``term`` is valid."""
         services = build_services(self.config, self.on_rescued, self.held)
-        view = View(self.config.heartbeat_staleness)
+        view = View(self.config.heartbeat_staleness, self.config.heartbeat_interval)
         db = None
         try:
             while True:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...sql import QUERIES
@@ -21,7 +21,7 @@ from ..rollup import prune_rollups
 from .cleanup import delete_finished, prune_claims, prune_history
 from .cron import fire_due_schedules
 from .promote import promote_due
-from .rescue import rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
+from .rescue import NO_VIEW, rescue_callback_timeouts, rescue_expired_deadlines, rescue_stale_heartbeats
 
 if TYPE_CHECKING:
     from ...drivers.asyncpg import Asyncpg
@@ -37,15 +37,23 @@ class View:
     """Whether the leader may judge heartbeats stale: after one staleness window of running without a gap.
 
     The leader's own process stops beating when it stops running (SIGSTOP, a
-    starved process), so after any gap longer than the window between two of
-    its own steps, wherever the gap fell (in a sleep, between two services,
-    between two batches), it waits one window for its heartbeats to catch up.
-    A step comes right before each batch is sent: a gap inside an earlier
-    statement shows at the next step, before anything is judged on it.
+    starved process, a paused host), and so may the workers paused with it. A
+    worker beats every ``heartbeat_interval``, so its heartbeat, up to an interval
+    old when the pause began, looks stale at the thaw once the pause outlasted
+    ``staleness`` less that interval: that (less half an interval for the beat's
+    own time) is the longest gap the view lets pass. After a longer one between
+    two of the leader's own steps, wherever it fell (in a sleep, between two
+    services, between two batches), the leader waits one window for the
+    heartbeats to catch up. A step comes right before each batch is sent: a gap
+    inside an earlier statement shows at the next step, before anything is
+    judged on it; a gap between the step and the statement reaching the server
+    is refused by the statement itself (``guard``).
     """
 
-    def __init__(self, staleness: float) -> None:
+    def __init__(self, staleness: float, heartbeat_interval: float) -> None:
         self.staleness = staleness
+        self.max_gap = staleness - 1.5 * heartbeat_interval  # > 0: WorkerConfig keeps staleness >= 3 intervals
+        self.viewed_at: Any = None  # the server's clock before the last check (``check``)
         self.restart()
 
     def restart(self) -> None:
@@ -56,10 +64,22 @@ class View:
     def step(self, away: float = 0.0) -> bool:
         """A step of the leader, ``away`` seconds (a sleep) expected since the last; True once fresh."""
         now = time.monotonic()
-        if now - self.seen - away > self.staleness:
+        if now - self.seen - away > self.max_gap:
             self.fresh_at = now + self.staleness
         self.seen = now
         return now >= self.fresh_at
+
+    async def check(self, db: Asyncpg) -> bool:
+        """``step`` before a batch that judges heartbeats, the server's clock read first: the batch's
+        ``guard`` then covers a gap anywhere after that reading, the step any gap before it."""
+        row = await db.fetch_one(QUERIES["server_clock"])
+        self.viewed_at = row["at"] if row is not None else None
+        return self.step()
+
+    def guard(self) -> dict[str, Any]:
+        """Parameters of ``view_still_fresh``: the statement does nothing unless it starts within
+        ``max_gap`` of the last check, on the server's clock."""
+        return {"viewed_at": self.viewed_at, "max_gap_seconds": self.max_gap}
 
 
 class Service:
@@ -67,8 +87,10 @@ class Service:
 
     name = "service"
     batch = MAINTENANCE_BATCH
-    # Rescuing stale heartbeats needs a continuous view of the database (see View).
+    # Rescuing stale heartbeats needs a continuous view of the database (see View); such a service's
+    # batch passes ``guard`` (the view's, set before each batch) to its statement.
     needs_fresh_view = False
+    guard: Mapping[str, Any] = NO_VIEW
 
     def __init__(self, interval: float, budget: float = MAINTENANCE_BUDGET_SECONDS) -> None:
         self.interval = interval
@@ -88,9 +110,13 @@ class Service:
         started = time.monotonic()
         total = 0
         while True:
-            if not view.step() and self.needs_fresh_view:
-                self.due = view.fresh_at
-                return total
+            if self.needs_fresh_view:
+                if not await view.check(db):
+                    self.due = view.fresh_at
+                    return total
+                self.guard = view.guard()
+            else:
+                view.step()
             handled = await self.run_batch(db)
             total += handled
             backlog = handled >= self.batch
@@ -154,7 +180,7 @@ class RescueStaleHeartbeats(_Rescue):
         self.held = held
 
     async def rescue(self, db: Asyncpg) -> list[Any]:
-        return await rescue_stale_heartbeats(db, self.staleness, self.batch, self.held())
+        return await rescue_stale_heartbeats(db, self.staleness, self.batch, self.held(), self.guard)
 
 
 class RescueDeadlines(_Rescue):
@@ -246,7 +272,7 @@ class PruneInstances(Service):
         self.staleness = staleness
 
     async def run_batch(self, db: Asyncpg) -> int:
-        params = {"staleness_seconds": float(self.staleness), "limit": self.batch}
+        params = {"staleness_seconds": float(self.staleness), "limit": self.batch, **self.guard}
         row = await db.fetch_one(QUERIES["prune_runtime_instances"], params)
         return int(row["deleted"]) if row is not None else 0
 
