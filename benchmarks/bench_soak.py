@@ -9,7 +9,8 @@ so finished rows should be deleted about as fast as they are made. Every
 jobs/s, pickup latency p50/p95/p99, live and finished rows, heap and index
 size of the system's tables, dead tuples and autovacuum/autoanalyze runs
 (``pg_stat_user_tables``). At the end, a verdict: the last 5 minutes within
-10% of the first 5 on throughput and on p95, and the table size bounded (see
+10% of the first 5 on throughput and on p95, no period whose p95 stalled
+(seconds against the run's milliseconds), and the table size bounded (see
 ``--help`` of ``--window-minutes``).
 
 ``--find-max`` first ramps the rate in steps to find the highest one this
@@ -377,6 +378,30 @@ def p95_trend(intervals: list[Interval]) -> str | None:
     )
 
 
+#: A period whose pickup p95 is this many times the run's median, and past STALL_MIN_MS, stalled.
+STALL_FACTOR = 10
+STALL_MIN_MS = 1000.0
+
+
+def stalled_period(intervals: list[Interval]) -> str | None:
+    """A line of the verdict for the worst period whose p95 stalled (seconds where the run's median is
+    milliseconds), or None. The window comparison misses a stall in the first window: its median
+    then only makes the first window's p95 look worse than the last's (a worker that started with
+    plans made on an empty table read 5-10 s for its first 30 s, 2026-12-07)."""
+    p95s = [iv.p95 for iv in intervals if iv.p95 is not None]
+    if len(p95s) < 3:
+        return None
+    median = statistics.median(p95s)
+    worst = max((iv for iv in intervals if iv.p95 is not None), key=lambda iv: iv.p95 or 0.0)
+    assert worst.p95 is not None
+    if worst.p95 < max(STALL_FACTOR * median, STALL_MIN_MS):
+        return None
+    return (
+        f"stall: pickup p95 {worst.p95:,.1f} ms in the period ending {clock(worst.end)}, "
+        f"{worst.p95 / median:,.0f}x the run's median of {median:.1f} ms: FAIL"
+    )
+
+
 def judge(intervals: list[Interval], rate: float, window_s: float, retention: float | None) -> Verdict:
     if len(intervals) < 2:
         return Verdict(False, ["verdict: not judged (fewer than 2 report periods)"])
@@ -425,6 +450,10 @@ def judge(intervals: list[Interval], rate: float, window_s: float, retention: fl
             f"table size: {mb(size_ref)} MB at {clock(ref.end)}, {mb(size_end)} MB at the end "
             f"(limit +25%) {'ok' if size_ok else 'FAIL: growing'}"
         )
+    stall = stalled_period(intervals)
+    if stall is not None:
+        ok = False
+        lines.append(stall)
     settled = [iv for iv in intervals if iv.end >= ref.end] if ref is not None else intervals
     drift = p95_trend(settled)
     if drift is not None:

@@ -560,6 +560,17 @@ def test_a_slowing_soak_fails_on_throughput_and_p95() -> None:
     assert any(line.startswith("pickup p95") and "FAIL" in line for line in verdict.lines)
 
 
+def test_a_stall_in_the_first_window_fails_the_soak() -> None:
+    """Seconds of p95 in the first period, milliseconds after: the window comparison alone passed it."""
+    periods = [period(k, 2000, 5000.0 if k == 1 else 12.0, 100.0) for k in range(1, 31)]
+    verdict = bench_soak.judge(periods, 2000, 300, retention=120)
+    assert not verdict.passed
+    assert any(line.startswith("stall: pickup p95 5,000.0 ms in the period ending 1:00") for line in verdict.lines)
+    assert not any("FAIL" in line for line in verdict.lines if not line.startswith("stall")), verdict.lines
+    noisy = [period(k, 2000, 134.6 if k == 5 else 13.0, 100.0) for k in range(1, 31)]  # an autovacuum's minute
+    assert not any(line.startswith("stall") for line in bench_soak.judge(noisy, 2000, 300, retention=120).lines)
+
+
 def trend_line(periods: list[bench_soak.Interval]) -> str:
     lines = bench_soak.judge(periods, 2000, 300, retention=120).lines
     return next(line for line in lines if line.startswith("pickup p95 trend"))
