@@ -152,6 +152,27 @@ async def test_a_heartbeat_rescue_that_reaches_the_server_long_after_the_leaders
     assert (row["state"], row["errors"][-1]["type"]) == ("available", "HeartbeatStale")  # promoted at once
 
 
+async def test_two_stalls_around_the_leaders_check_count_together(conn: asyncpg.Connection, db_url: str) -> None:
+    """0.4 s before the check (its step lets that pass: the view's gap is 0.625 s) and 0.4 s after it,
+    before the statement: 0.8 s in all since the last step, and the statement rescues nothing."""
+    job_id = await enqueue(conn)
+    await claim(conn)
+    await backdate_heartbeat(conn, job_id)
+    view = View(staleness=1.0, heartbeat_interval=0.25)
+    while not view.step():
+        await asyncio.sleep(0.05)
+
+    def slow_snapshot() -> list[tuple[int, int]]:
+        time.sleep(0.4)
+        return []
+
+    time.sleep(0.4)
+    stalled = RescueStaleHeartbeats(0.1, lambda rows: None, 1.0, held=slow_snapshot)
+    assert await stalled.run_pass(as_asyncpg(conn), view) == 0
+    assert view.fresh_at <= view.seen, "the check saw a gap of its own: no test of the sum"
+    assert job_state(db_url, job_id) == "running"
+
+
 @pytest.mark.parametrize("change", ["cancel", "snooze", "retry_after"])
 async def test_r2_stale_writes_after_state_change_are_noops(conn: asyncpg.Connection, db_url: str, change: str) -> None:
     job_id = await enqueue(conn)

@@ -269,7 +269,7 @@ def test_leader_paused_with_a_worker_for_less_than_the_staleness_window_still_wa
 
     The leader and a worker running jobs are frozen together just before the
     worker's next beat, its heartbeats 0.85 s old, and the leader is thawed
-    0.3 s before the worker: the worker's heartbeats are 3.3 s old then,
+    1 s before the worker: the worker's heartbeats are over 3.2 s old then,
     stale, though the leader's own gap was shorter than the window. A gap
     longer than the staleness less an interval and a half (1.5 s here) makes
     the leader wait one window, by which time the worker has beaten again.
@@ -290,6 +290,7 @@ def test_leader_paused_with_a_worker_for_less_than_the_staleness_window_still_wa
         wait_for(lambda: 0.85 <= probe.value(age, (ids[0],)) < 0.95, 10, "a heartbeat nearly due", interval=0.01)
         leader.signal(signal.SIGSTOP)
         other.signal(signal.SIGSTOP)
+        time.sleep(0.1)  # a beat already sent when the worker stopped has landed by now
         if probe.value(age, (ids[0],)) >= 0.8:
             return True
         leader.signal(signal.SIGCONT)
@@ -303,12 +304,13 @@ def test_leader_paused_with_a_worker_for_less_than_the_staleness_window_still_wa
         assert probe.value(age, (ids[0],)) > 3.0, "the worker's heartbeats are not stale yet: no test"
         leader.signal(signal.SIGCONT)
         thawed = time.monotonic()
-        wait_for(lambda: time.monotonic() - thawed >= 0.3, 5, "the worker to stay frozen a little longer")
+        wait_for(lambda: time.monotonic() - thawed >= 1.0, 5, "the worker to stay frozen a little longer")
     finally:
         leader.signal(signal.SIGCONT)
         other.signal(signal.SIGCONT)
     kept_their_first_attempt(probe, queue, ids)
     assert not leader.logged("rescued job")
+    assert leader.logged("stale heartbeats are judged again after 3.0 s")
 
 
 # -- an async handler blocking the leader's event loop -------------------------------------------

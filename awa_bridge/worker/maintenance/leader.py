@@ -231,7 +231,7 @@ class Maintenance(threading.Thread):
                     continue
                 now = time.monotonic()
                 wait = min(s.due for s in services) - now if now < term.valid_until else self.config.promote_interval
-                wait = max(0.0, min(wait, self.config.promote_interval))
+                wait = max(0.0, min(wait, self.config.promote_interval, view.longest_sleep))
                 view.step()
                 await asyncio.sleep(wait)
                 view.step(away=wait)  # overslept by more than the window: frozen (SIGSTOP) or starved

@@ -40,21 +40,35 @@ class View:
     starved process, a paused host), and so may the workers paused with it. A
     worker beats every ``heartbeat_interval``, so its heartbeat, up to an interval
     old when the pause began, looks stale at the thaw once the pause outlasted
-    ``staleness`` less that interval: that (less half an interval for the beat's
-    own time) is the longest gap the view lets pass. After a longer one between
-    two of the leader's own steps, wherever it fell (in a sleep, between two
+    ``staleness`` less that interval. The view lets a gap pass up to half an
+    interval short of that (``max_gap``): a quarter for the beat's own time, a
+    quarter for the part of a pause a sleep hides (the leader sleeps at most a
+    quarter interval at a time, ``SLEEP_SHARE``). After a longer gap between two
+    of the leader's own steps, wherever it fell (in a sleep, between two
     services, between two batches), the leader waits one window for the
     heartbeats to catch up. A step comes right before each batch is sent: a gap
     inside an earlier statement shows at the next step, before anything is
     judged on it; a gap between the step and the statement reaching the server
-    is refused by the statement itself (``guard``).
+    is refused by the statement itself (``guard``), counted with the gap that
+    step saw, so that two pauses around the check cannot add up past ``max_gap``.
+    A train of shorter pauses with no time between them for workers to beat is
+    not seen.
     """
+
+    #: The longest sleep of the leader's loop, as a share of the heartbeat interval.
+    SLEEP_SHARE = 0.25
 
     def __init__(self, staleness: float, heartbeat_interval: float) -> None:
         self.staleness = staleness
+        self.heartbeat_interval = heartbeat_interval
         self.max_gap = staleness - 1.5 * heartbeat_interval  # > 0: WorkerConfig keeps staleness >= 3 intervals
         self.viewed_at: Any = None  # the server's clock before the last check (``check``)
+        self.allowed = self.max_gap  # what is left of max_gap after the gap the last check's step saw
         self.restart()
+
+    @property
+    def longest_sleep(self) -> float:
+        return self.SLEEP_SHARE * self.heartbeat_interval
 
     def restart(self) -> None:
         """Fresh one window from now: on taking leadership and on every new connection."""
@@ -64,9 +78,17 @@ class View:
     def step(self, away: float = 0.0) -> bool:
         """A step of the leader, ``away`` seconds (a sleep) expected since the last; True once fresh."""
         now = time.monotonic()
-        if now - self.seen - away > self.max_gap:
+        gap = now - self.seen - away
+        if gap > self.max_gap:
             self.fresh_at = now + self.staleness
+            log.info(
+                "maintenance: %.1f s between two steps of the leader (frozen, starved, paused, or a slow"
+                " statement); stale heartbeats are judged again after %.1f s",
+                gap,
+                self.staleness,
+            )
         self.seen = now
+        self.allowed = self.max_gap - max(gap, 0.0)
         return now >= self.fresh_at
 
     async def check(self, db: Asyncpg) -> bool:
@@ -77,9 +99,9 @@ class View:
         return self.step()
 
     def guard(self) -> dict[str, Any]:
-        """Parameters of ``view_still_fresh``: the statement does nothing unless it starts within
-        ``max_gap`` of the last check, on the server's clock."""
-        return {"viewed_at": self.viewed_at, "max_gap_seconds": self.max_gap}
+        """Parameters of ``view_still_fresh``: the statement does nothing unless it starts within what
+        the last check left of ``max_gap``, on the server's clock."""
+        return {"viewed_at": self.viewed_at, "max_gap_seconds": self.allowed}
 
 
 class Service:
@@ -166,9 +188,8 @@ class RescueStaleHeartbeats(_Rescue):
     """Attempts of processes that stopped beating, never this process's own (``held``).
 
     The view guards the other processes' attempts after a gap of the leader's;
-    its own are left out outright: a freeze can fall between the view's last
-    step and the statement reaching the server, and its heartbeat thread may be
-    slower to resume than one window.
+    its own are left out outright: its heartbeat thread, paused with it, may
+    resume later than its maintenance thread, however long the view waited.
     """
 
     name = "rescue_stale_heartbeats"
