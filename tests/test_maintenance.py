@@ -24,7 +24,7 @@ from awa_bridge.sql import QUERIES
 from awa_bridge.worker import Client, QueueConfig, WorkerConfig
 from awa_bridge.worker.config import MAINTENANCE_BATCH
 from awa_bridge.worker.maintenance.promote import promote_due
-from awa_bridge.worker.maintenance.services import Cleanup, Service, View
+from awa_bridge.worker.maintenance.services import Cleanup, PruneInstances, Service, View
 
 from .procs import wait_for
 from .waiting import FAST, wait_until
@@ -371,6 +371,36 @@ async def test_leader_prunes_registry_rows_of_dead_workers(make_client: MakeClie
     client = make_client()
     await client.start(["prune_q"])
     await wait_until(lambda: scalar(db_url, "SELECT count(*) FROM awa.runtime_instances WHERE hostname = 'gone'") == 0)
+
+
+async def test_registry_pruning_sent_long_after_the_leaders_check_prunes_nothing(
+    conn: asyncpg.Connection, db_url: str
+) -> None:
+    """As the heartbeat rescue: a leader stuck between its check and the statement (0.8 s, the
+    view's gap 0.625 s) deletes no registry row, however stale; a pass after the view's wait does."""
+    await conn.execute(
+        "INSERT INTO awa.runtime_instances (instance_id, hostname, pid, version, heartbeat_at) "
+        "VALUES (gen_random_uuid(), 'paused', 1, '0', now() - interval '1 hour')"
+    )
+
+    class Stuck(PruneInstances):
+        async def run_batch(self, db: Asyncpg) -> int:
+            time.sleep(0.8)  # the maintenance thread stuck after its check
+            return await super().run_batch(db)
+
+    view = View(staleness=1.0, heartbeat_interval=0.25)
+    db = as_asyncpg(conn)
+
+    async def fresh() -> None:
+        while not view.step():
+            await asyncio.sleep(0.05)
+
+    await fresh()
+    assert await Stuck(0.1, staleness=1.0).run_pass(db, view) == 0
+    assert scalar(db_url, "SELECT count(*) FROM awa.runtime_instances WHERE hostname = 'paused'") == 1
+    await asyncio.sleep(0.1)
+    await fresh()
+    assert await PruneInstances(0.1, staleness=1.0).run_pass(db, view) == 1
 
 
 async def test_leader_prunes_outcome_counters_past_the_chart_window(make_client: MakeClient, db_url: str) -> None:
