@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -133,6 +134,23 @@ def leader_and_worker_with_slow_jobs(
     return leader, other, queue, ids
 
 
+def thaw_leader_first(
+    leader: Any, other: Any, paused: float, ahead: float, before_thaw: Callable[[], bool] | None = None
+) -> None:
+    """Both stopped already: keep them so ``paused`` s, thaw the leader, the other ``ahead`` s later
+    (both thawed whatever fails). ``before_thaw``: what must hold at the leader's thaw for a test."""
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: time.monotonic() - stopped >= paused, 5, f"a pause of {paused} s")
+        assert before_thaw is None or before_thaw(), "the pause did not set up the case: no test"
+        leader.signal(signal.SIGCONT)
+        thawed = time.monotonic()
+        wait_for(lambda: time.monotonic() - thawed >= ahead, 5, "the other worker to stay frozen a little longer")
+    finally:
+        leader.signal(signal.SIGCONT)
+        other.signal(signal.SIGCONT)
+
+
 def kept_their_first_attempt(probe: Probe, queue: str, ids: list[int]) -> None:
     """Every job completes in the attempt "w" started: none was rescued."""
     wait_for(lambda: probe.states(queue) == {"completed": 4}, 20, "the jobs to complete")
@@ -249,15 +267,7 @@ def test_leader_thawed_before_a_worker_frozen_with_it_waits_for_that_workers_hea
     leader, other, queue, ids = leader_and_worker_with_slow_jobs(app_db, probe, workers, env)
     leader.signal(signal.SIGSTOP)
     other.signal(signal.SIGSTOP)
-    stopped = time.monotonic()
-    try:
-        wait_for(lambda: time.monotonic() - stopped >= 3, 5, "a freeze longer than the staleness window")
-        leader.signal(signal.SIGCONT)
-        thawed = time.monotonic()
-        wait_for(lambda: time.monotonic() - thawed >= 0.3, 5, "the other worker to stay frozen a little longer")
-    finally:
-        leader.signal(signal.SIGCONT)
-        other.signal(signal.SIGCONT)
+    thaw_leader_first(leader, other, paused=3, ahead=0.3)
     kept_their_first_attempt(probe, queue, ids)
     assert not leader.logged("rescued job")
 
@@ -298,16 +308,11 @@ def test_leader_paused_with_a_worker_for_less_than_the_staleness_window_still_wa
         return False
 
     wait_for(paused_nearly_due, 30, "a pause that began just before a beat")
-    stopped = time.monotonic()
-    try:
-        wait_for(lambda: time.monotonic() - stopped >= 2.4, 5, "a pause shorter than the staleness window")
-        assert probe.value(age, (ids[0],)) > 3.0, "the worker's heartbeats are not stale yet: no test"
-        leader.signal(signal.SIGCONT)
-        thawed = time.monotonic()
-        wait_for(lambda: time.monotonic() - thawed >= 1.0, 5, "the worker to stay frozen a little longer")
-    finally:
-        leader.signal(signal.SIGCONT)
-        other.signal(signal.SIGCONT)
+
+    def stale() -> bool:
+        return bool(probe.value(age, (ids[0],)) > 3.0)  # the worker's heartbeats, at the leader's thaw
+
+    thaw_leader_first(leader, other, paused=2.4, ahead=1.0, before_thaw=stale)
     kept_their_first_attempt(probe, queue, ids)
     assert not leader.logged("rescued job")
     assert leader.logged("stale heartbeats are judged again after 3.0 s")
