@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ import awa_bridge
 from awa_bridge.worker import Cancel, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
 from awa_bridge.worker.config import QueueConfig
 from awa_bridge.worker.context import JobContext
+from awa_bridge.worker.runtime import CANCEL_GRACE, POOL_CLOSE_TIMEOUT
 
 from .waiting import insert, job_row, job_state, recording_claims, wait_until
 
@@ -479,6 +481,113 @@ async def test_drain_timeout_releases_unfinished_jobs(make_client, db_url: str) 
     assert time.monotonic() - t0 < 3
     row = job_row(db_url, job_id)
     assert row["state"] == "available" and row["attempt"] == 0
+
+
+async def test_a_released_attempt_that_returns_late_commits_nothing(
+    make_client, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R21, the late completion: a sync transactional handler that ignores ``job.cancelled`` runs on
+    past the drain timeout of ``await client.shutdown(timeout=...)`` in the application's own loop.
+    Its attempt is released and another worker runs the job to completion; when the first handler
+    finally returns, its finalization is fenced by run_lease, so its write rolls back with it."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS t_late")
+        conn.execute("CREATE TABLE t_late (job_id bigint, attempt int, run_lease bigint, worker text)")
+    returned = threading.Event()
+    go_on = threading.Event()
+    first = make_client(heartbeat_staleness=30)  # no rescue: the release alone hands the job over
+
+    @first.task("late", transactional=True)
+    def lingering(job):
+        job.conn.execute("INSERT INTO t_late VALUES (%s, %s, %s, 'first')", (job.id, job.attempt, job.run_lease))
+        go_on.wait(30)  # deaf to job.cancelled: still running when the worker lets the attempt go
+        returned.set()
+
+    job_id = insert(db_url, {}, kind="late")
+    await first.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "running")
+    t0 = time.monotonic()
+    await first.shutdown(timeout=0.2)
+    assert time.monotonic() - t0 < 3  # the lingering handler does not hold the shutdown
+    row = job_row(db_url, job_id)
+    assert (row["state"], row["attempt"], row["run_lease"]) == ("available", 0, 1), row
+
+    second = make_client(heartbeat_staleness=30)
+
+    @second.task("late", transactional=True)
+    def prompt(job):
+        job.conn.execute("INSERT INTO t_late VALUES (%s, %s, %s, 'second')", (job.id, job.attempt, job.run_lease))
+
+    await second.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    assert not returned.is_set()  # the first handler was still running all along
+    with caplog.at_level("WARNING", logger="awa_bridge.worker"):
+        go_on.set()
+        await wait_until(lambda: "was superseded; its writes were rolled back" in caplog.text)
+    assert returned.is_set()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        effects = conn.execute("SELECT job_id, attempt, run_lease, worker FROM t_late").fetchall()
+    assert effects == [(job_id, 1, 2, "second")]
+    row = job_row(db_url, job_id)
+    assert (row["state"], row["attempt"], row["run_lease"]) == ("completed", 1, 2), row
+
+
+@pytest.mark.parametrize("style", ["plain", "transactional"])
+async def test_a_handler_deaf_to_its_cancellation_does_not_hold_the_shutdown(
+    make_client, db_url: str, caplog: pytest.LogCaptureFixture, style: str
+) -> None:
+    """Stuck code at the drain timeout: an async handler that catches CancelledError and goes on.
+    ``await client.shutdown(timeout=...)`` releases its job and returns ``CANCEL_GRACE`` later without
+    it (before, it waited as long as the handler ran; a transactional one's connection also held
+    the pool's close); when the handler ends at last, nothing is written, and another worker runs
+    the released job."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS t_deaf")
+        conn.execute("CREATE TABLE t_deaf (job_id bigint)")
+    go_on = asyncio.Event()
+    ended = asyncio.Event()
+    cancellations: list[int] = []
+    first = make_client(heartbeat_staleness=30)
+
+    @first.task("deaf", transactional=style == "transactional")
+    async def deaf(job):
+        if job.conn is not None:
+            await job.conn.execute("INSERT INTO t_deaf VALUES ($1)", job.id)
+        while not go_on.is_set():
+            try:
+                await go_on.wait()
+            except asyncio.CancelledError:
+                cancellations.append(job.id)  # and go on
+        ended.set()
+
+    job_id = insert(db_url, {}, kind="deaf")
+    await first.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "running")
+    asyncio.get_running_loop().call_later(30, go_on.set)  # so that a shutdown that waits for it ends
+    t0 = time.monotonic()
+    with caplog.at_level("INFO", logger="awa_bridge.worker"):
+        await first.shutdown(timeout=0.2)
+        took = time.monotonic() - t0
+        assert CANCEL_GRACE <= took < CANCEL_GRACE + POOL_CLOSE_TIMEOUT + 2, took
+        assert cancellations == [job_id] and not ended.is_set()
+        assert f"job(s) {job_id}: the handler still runs" in caplog.text
+        row = job_row(db_url, job_id)
+        assert (row["state"], row["attempt"], row["run_lease"]) == ("available", 0, 1), row
+
+        go_on.set()
+        await ended.wait()
+        await wait_until(lambda: "after its worker stopped" in caplog.text)
+    row = job_row(db_url, job_id)
+    assert (row["state"], row["attempt"], row["run_lease"]) == ("available", 0, 1), row
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM t_deaf").fetchone() == (0,)
+
+    second = make_client(heartbeat_staleness=30)
+    second.task("deaf")(lambda job: None)
+    await second.start(["default:1"])
+    await wait_until(lambda: job_state(db_url, job_id) == "completed")
+    row = job_row(db_url, job_id)
+    assert (row["attempt"], row["run_lease"]) == (1, 2), row
 
 
 def test_bad_worker_settings_name_the_setting() -> None:

@@ -20,6 +20,8 @@ import psycopg
 import pytest
 
 import awa_bridge
+from awa_bridge.worker.client import EXIT_GRACE
+from awa_bridge.worker.runtime import CANCEL_GRACE, POOL_CLOSE_TIMEOUT
 
 from .procs import Probe, Workers, scaled, unique_queue, wait_for
 
@@ -169,6 +171,31 @@ def test_drain_timeout_releases_the_unfinished_job_for_another_worker(
     wait_for(lambda: job(probe, job_id)["state"] == "completed", 10, "worker b to run the released job")
     row = job(probe, job_id)
     assert (row["attempt"], row["run_lease"], row["n_errors"]) == (1, 2, 0)
+    assert ledger(probe, job_id) == [(1, 1, "a"), (1, 2, "b")]
+
+
+def test_a_handler_deaf_to_its_cancellation_does_not_keep_the_worker_from_exiting(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """R21 with stuck code: an async handler that catches CancelledError and goes on is left running
+    ``CANCEL_GRACE`` after its cancellation; the process still exits 0 with the job released (before:
+    it stayed up as long as the handler ran, here 60 s)."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a", env={"AWA_DRAIN_TIMEOUT": "0.5"}).wait_started()
+    [job_id] = enqueue(app_db, "deaf", queue)
+    wait_for(lambda: running_with_heartbeat(probe, job_id), 10, "the deaf job to run")
+
+    started = time.monotonic()
+    a.signal(signal.SIGTERM)
+    assert a.wait(40) == 0
+    bound = 0.5 + CANCEL_GRACE + POOL_CLOSE_TIMEOUT + EXIT_GRACE
+    assert time.monotonic() - started < scaled(bound + 4), "the worker waited for its deaf handler"
+    assert a.logged(f"job(s) {job_id}: the handler still runs")
+    row = job(probe, job_id)
+    assert (row["state"], row["attempt"], row["run_lease"], row["n_errors"]) == ("available", 0, 1, 0)
+
+    workers.start(queue, name="b", env={"AWA_HANG_UNTIL_ATTEMPT": "1"}).wait_started()
+    wait_for(lambda: job(probe, job_id)["state"] == "completed", 10, "worker b to run the released job")
     assert ledger(probe, job_id) == [(1, 1, "a"), (1, 2, "b")]
 
 

@@ -12,6 +12,8 @@ connection before the handler goes on:
   timeout) while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` (default 2);
   from that attempt on it records and completes, so a successor can finish
   what a killed worker left.
+- ``deaf`` (async): record, then, while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``, sleep
+  ``AWA_DEAF_SECONDS`` (default 60) catching every ``CancelledError`` and going on.
 - ``slow`` (async): sleep ``AWA_SLOW_SECONDS`` (default 1), then record.
 - ``crash``: record, then ``os._exit(1)``: the process dies mid-attempt.
 - ``block_async``: first blocks the worker's event loop with
@@ -50,6 +52,7 @@ worker's own backends (``awa-%``) leave them alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sys
@@ -73,6 +76,7 @@ SLOW_SECONDS = _env_float("AWA_SLOW_SECONDS", 1.0)
 HANG_UNTIL_ATTEMPT = int(os.environ.get("AWA_HANG_UNTIL_ATTEMPT") or 2)
 TX_MAX_SLEEP = _env_float("AWA_TX_MAX_SLEEP", 0.02)
 BLOCK_SECONDS = _env_float("AWA_BLOCK_SECONDS", 5.0)
+DEAF_SECONDS = _env_float("AWA_DEAF_SECONDS", 60.0)
 APPLICATION_NAME = f"ledger-{WORKER}"[:63]
 
 client = Client(
@@ -175,6 +179,17 @@ def hang(job: Any) -> None:
         return
     while not job.cancelled:
         time.sleep(0.01)
+
+
+@client.task("deaf")
+async def deaf(job: Any) -> None:
+    await record_async(job)
+    if job.attempt >= HANG_UNTIL_ATTEMPT:
+        return
+    end = time.monotonic() + DEAF_SECONDS
+    while time.monotonic() < end:
+        with contextlib.suppress(asyncio.CancelledError):  # deaf to its cancellation: stuck code, not dead
+            await asyncio.sleep(end - time.monotonic())
 
 
 @client.task("slow")

@@ -9,6 +9,7 @@ by column name, no copy into dicts: the claim and completion hot path),
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -94,8 +95,16 @@ class AsyncpgPool:
     def acquire(self) -> _Acquired:
         return _Acquired(self.pool.acquire())
 
-    async def close(self) -> None:
-        await self.pool.close()
+    async def close(self, timeout: float | None = None) -> None:
+        """Close every connection once it is released; after ``timeout`` seconds, those still held
+        are closed under their holders (asyncpg's own close waits for them however long)."""
+        if timeout is None:
+            await self.pool.close()
+            return
+        try:
+            await asyncio.wait_for(self.pool.close(), timeout)
+        except TimeoutError:
+            self.pool.terminate()
 
 
 class _Acquired:

@@ -41,6 +41,38 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def run_to_the_end(
+    main: Coroutine[Any, Any, None], factory: Callable[[], asyncio.AbstractEventLoop] | None, grace: float
+) -> None:
+    """``asyncio.run(main)`` on the loop ``factory`` makes, with a teardown that cannot hang.
+
+    asyncio's own teardown (``asyncio.run``, ``asyncio.Runner``) cancels the
+    tasks still there when ``main`` ends and waits for every one of them: an
+    async handler that catches its cancellation and goes on, left running by
+    the worker's shutdown (``runtime.CANCEL_GRACE``), would keep the process
+    alive as long as it runs. Here such tasks get ``grace`` seconds after
+    their cancellation; then the loop is closed without them.
+    """
+    loop = factory() if factory is not None else asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                _, still = loop.run_until_complete(asyncio.wait(left, timeout=grace))
+                if still:
+                    log.warning("%d task(s) still running %.1f s after their cancellation: left", len(still), grace)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
 def call_from_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
     """``loop.call_soon_threadsafe`` for a handler thread that may outlive its worker.
 

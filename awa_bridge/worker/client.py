@@ -25,7 +25,7 @@ from ..drivers.insert_pool import InsertConnections
 from ..errors import ValidationError
 from ..migrations import migrate
 from ..types import InsertManyResult, Job
-from .aio import loop_factory
+from .aio import loop_factory, run_to_the_end
 from .config import QueueConfig, WorkerConfig
 from .hooks import Hooks
 from .registry import Registry
@@ -35,6 +35,10 @@ log = logging.getLogger("awa_bridge.worker")
 
 F = TypeVar("F", bound=Callable[..., Any])
 QueueSpec = str | tuple[str, int] | QueueConfig
+
+#: Seconds ``run`` gives the tasks still there once the worker stopped (a handler left running at
+#: the drain timeout was already given ``runtime.CANCEL_GRACE``) before the process exits without them.
+EXIT_GRACE = 1.0
 
 
 class Client:
@@ -196,8 +200,8 @@ class Client:
             from .gctuning import tune_gc as tune
 
             tune()
-        with asyncio.Runner(loop_factory=loop_factory(self.config.event_loop)) as runner:
-            runner.run(self._run_until_signal(queues))
+        # Not asyncio.run: its teardown waits for ever for a handler deaf to its cancellation.
+        run_to_the_end(self._run_until_signal(queues), loop_factory(self.config.event_loop), EXIT_GRACE)
 
     async def _run_until_signal(self, queues: Iterable[QueueSpec] | None) -> None:
         stop = asyncio.Event()

@@ -111,8 +111,12 @@ class Completer:
         self.wake = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
+        self.closed = False  # the worker stopped (close): outcomes that arrive now are not written
 
     def submit(self, ctx: JobContext, outcome: Outcome) -> None:
+        if self.closed:
+            self._late(ctx, outcome)
+            return
         pending = self.pending
         pending.append((ctx, outcome))
         if len(pending) == 1:
@@ -120,6 +124,23 @@ class Completer:
             # awake (it waits only with none pending) and the completer already not idle.
             self.idle.clear()
             self.wake.set()
+
+    def close(self) -> None:
+        """The worker stopped: nothing submitted from now on is written (see ``_late``)."""
+        self.closed = True
+
+    @staticmethod
+    def _late(ctx: JobContext, outcome: Outcome) -> None:
+        """An outcome that arrives after the worker stopped: a handler left running at the drain
+        timeout returned at last. Its attempt was released then (run_lease fences it), so there is
+        nothing to write, and no pool to write it with."""
+        log.info(
+            "job %s: attempt %s ended (%s) after its worker stopped; it was released at shutdown, so its"
+            " outcome is not recorded",
+            ctx.id,
+            ctx.attempt,
+            outcome.label,
+        )
 
     def congested(self) -> bool:
         """Too many outcomes wait to be written: claim nothing more until they are."""
@@ -231,6 +252,9 @@ class Completer:
         transaction rolled back): ``failure`` is written instead. Anything
         else: superseded.
         """
+        if self.closed:
+            self._late(ctx, intended)
+            return
         self.idle.clear()
         task = asyncio.create_task(self._resolve(ctx, intended, failure))
         self.resolving.add(task)

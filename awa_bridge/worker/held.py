@@ -62,13 +62,13 @@ class HeldAttempts:
                     ctx._lost = True
                     ctx._cancelled = True
 
-    def give_up(self, tasks: Collection[Any]) -> list[tuple[int, int]]:
-        """Cancel the attempts run by ``tasks`` (still held); their (job id, run_lease) to release."""
+    def give_up(self, tasks: Collection[Any]) -> list[JobContext]:
+        """Cancel the attempts run by ``tasks`` (still held); they are to be released."""
         with self.lock:
             mine = [c for c in self.by_id.values() if c._task in tasks]
             for ctx in mine:
                 ctx._cancelled = True
-            return [(c.id, c.run_lease) for c in mine]
+            return mine
 
     def forget(self, ids: list[int]) -> None:
         with self.lock:

@@ -80,10 +80,11 @@ class HandlerPools:
                 pool = self._process_pools[queue] = ProcessPool(queue, per_child)
         return pool
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
+        """Close the pools; the async one waits ``timeout`` at most for a connection a handler still holds."""
         for pool in self._process_pools.values():
             pool.shutdown()
         if self._tx_pool is not None:
-            await self._tx_pool.close()
+            await self._tx_pool.close(timeout)
         if self._sync_pool is not None:
             self._sync_pool.close()

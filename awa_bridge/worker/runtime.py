@@ -63,6 +63,14 @@ log = logging.getLogger("awa_bridge.worker")
 
 _ARGS, _METADATA, _DEADLINE = map(CLAIM_COLUMNS.index, ("args", "metadata", "deadline_epoch"))
 
+#: Seconds an attempt cancelled at the end of the drain has to end. An async handler that catches
+#: CancelledError and goes on (stuck code, not dead) is left running after that: its attempt is
+#: already released, so run_lease fences whatever it writes late, and the worker stops without it.
+CANCEL_GRACE = 5.0
+#: Seconds the worker's pools have to close once the drain is over; a connection still held then (by
+#: a handler left running) is closed under it.
+POOL_CLOSE_TIMEOUT = 2.0
+
 
 class Runtime:
     def __init__(
@@ -237,17 +245,21 @@ class Runtime:
         await self.completer.drain()
         self.stopping.set()
         await asyncio.gather(*self.services, return_exceptions=True)
+        self.completer.close()  # what a handler left running returns later is not written
         if self.maintenance is not None:
             await asyncio.to_thread(self.maintenance.stop)
         await asyncio.to_thread(self.heartbeat.stop)
         self.threads.shutdown()
-        await self.pool.close()
-        await self.pools.close()
+        await self.pool.close(POOL_CLOSE_TIMEOUT)
+        await self.pools.close(POOL_CLOSE_TIMEOUT)
         self.started = False
         log.info("worker stopped")
 
     async def _release(self, pending: set[asyncio.Task[Any]]) -> None:
-        held = self.held.give_up(pending)
+        """Give up the attempts still running at the drain timeout: cancel them, release their jobs
+        (attempt given back), and wait ``CANCEL_GRACE`` at most for their handlers to end."""
+        given_up = self.held.give_up(pending)
+        held = [(ctx.id, ctx.run_lease) for ctx in given_up]
         for task in pending:
             task.cancel()
         if held:
@@ -260,7 +272,15 @@ class Runtime:
             except Exception as exc:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
             self.held.forget([job_id for job_id, _ in held])
-        await asyncio.gather(*pending, return_exceptions=True)
+        _, deaf = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+        if deaf:
+            log.warning(
+                "job(s) %s: the handler still runs %.0f s after its cancellation (it caught CancelledError and"
+                " went on); the worker stops without it. Its attempt was released: run_lease fences what it"
+                " writes, and its outcome is not recorded",
+                ", ".join(str(ctx.id) for ctx in given_up if ctx._task in deaf) or "?",
+                CANCEL_GRACE,
+            )
 
     # -- attempts ------------------------------------------------------------
 
