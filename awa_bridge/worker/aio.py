@@ -65,7 +65,11 @@ def run_to_the_end(
             if left:
                 _, still = loop.run_until_complete(asyncio.wait(left, timeout=grace))
                 if still:
-                    log.warning("%d task(s) still running %.1f s after their cancellation: left", len(still), grace)
+                    log.warning(
+                        "%d task(s) still running %.1f s after their cancellation; the loop closes without them",
+                        len(still),
+                        grace,
+                    )
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
