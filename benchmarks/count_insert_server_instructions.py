@@ -19,6 +19,10 @@ flush is a wait, not instructions).
 
     python benchmarks/count_insert_server_instructions.py
 
+``--only`` counts the cases whose names contain one of its substrings (and
+the first, the ratios' base); ``--check`` runs every statement once each way
+without valgrind, counting nothing: a quick proof that each still runs.
+
 Needs valgrind and the PostgreSQL server binaries (``--bindir``, default
 ``pg_config --bindir``). PostgreSQL refuses to run as root: as root, the
 cluster runs as ``--os-user`` (default ``postgres``).
@@ -27,6 +31,7 @@ cluster runs as ``--os-user`` (default ``postgres``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -141,9 +146,10 @@ class Cluster:
         finally:
             subprocess.run(self.command("pg_ctl", "-D", self.data, "-w", "stop"), check=True, capture_output=True)
 
-    def instructions(self, case: str, calls: int, as_text: bool) -> int:
+    def instructions(self, case: str, calls: int, as_text: bool, counted: bool = True) -> int:
         """Instructions of one single-user session that executes ``case`` ``calls`` times: one prepared
-        statement executed, or (``as_text``) the statement sent each time with its values in its text."""
+        statement executed, or (``as_text``) the statement sent each time with its values in its text.
+        Not ``counted``: the session runs without valgrind (a check that it runs) and 0 is returned."""
         body, arguments = CASES[case]
         statement = " ".join(body.split())
         if as_text:
@@ -154,12 +160,22 @@ class Cluster:
         script = os.path.join(self.root, "script.sql")
         with open(script, "w") as out:
             out.write("\n\n".join(lines) + "\n")  # -j: a blank line ends each statement
-        single = [os.path.join(self.bindir, "postgres"), "--single", "-j", "-D", self.data,
+        # -r: the session's log (where an ERROR is written: its standard error) goes to a file of its own.
+        log = os.path.join(self.root, "single.log")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(log)  # postgres appends
+        single = [os.path.join(self.bindir, "postgres"), "--single", "-j", "-D", self.data, "-r", log,
                   "-c", "synchronous_commit=off", "postgres"]  # fmt: skip
         with open(script) as stdin:
-            total, output = callgrind(single, case, run_as=self.run_as, stdin=stdin)
-        if "ERROR" in output:
-            raise RuntimeError(f"{case!r} failed in the single-user session: {output[-800:]}")
+            if counted:
+                total, _ = callgrind(single, case, run_as=self.run_as, stdin=stdin)
+            else:
+                total = 0
+                subprocess.run([*self.run_as, *single], stdin=stdin, capture_output=True, check=True)
+        with open(log) as written:
+            errors = [line for line in written if " ERROR: " in line]
+        if errors:
+            raise RuntimeError(f"{case!r} failed in the single-user session: {''.join(errors)[-800:]}")
         return total
 
 
@@ -169,16 +185,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--os-user", default="postgres", help="the user the cluster runs as when this is root")
     parser.add_argument("--small", type=int, default=500)
     parser.add_argument("--large", type=int, default=2500)
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated substrings: count only the cases matching one (and the first, the base)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="run every case once each way without valgrind, counting nothing"
+    )
     args = parser.parse_args(argv)
     check_sizes(parser, args)
-    if shutil.which("valgrind") is None:
+    if not args.check and shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
     bindir = args.bindir or subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
                                            check=True).stdout.strip()  # fmt: skip
     user = args.os_user if os.geteuid() == 0 else None
+    base = next(iter(CASES))  # the ratios' denominator, always counted
+    cases = [
+        case for case in CASES if case == base or not args.only or any(bit in case for bit in args.only.split(","))
+    ]
     with tempfile.TemporaryDirectory() as root:
         cluster = Cluster(root, bindir, user)
         cluster.create()
+        if args.check:
+            for case in cases:
+                for as_text in (False, True):
+                    cluster.instructions(case, 2, as_text, counted=False)
+                print(f"runs: {case}")
+            return
         print(f"PostgreSQL from {bindir}; {args.large - args.small} executions counted per case")
         print()
         print(
@@ -187,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         print("|---|---:|---:|---:|---:|")
         bases: dict[bool, int] = {}  # the first case's count, prepared and as text
-        for case in CASES:
+        for case in cases:
             cells = []
             for as_text in (False, True):
                 counts = [cluster.instructions(case, calls, as_text) for calls in (args.large, args.small)]

@@ -45,10 +45,18 @@ def django_database(url: str) -> dict[str, object]:
     }
 
 
-def create_database(server_url: str, prefix: str = "awa_test") -> str:
+def create_database(server_url: str, prefix: str = "awa_test", template: str | None = None) -> str:
+    """A new database of a unique name; a copy of the database at URL ``template`` when given
+    (much faster than migrating again: a schema of many migrations is copied file by file)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        if template is None:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        else:
+            source = urlsplit(template).path.lstrip("/")
+            # A copy needs the source to itself: a pool that closed may leave its backends a moment.
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (source,))
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
     return with_dbname(server_url, name)
 
 

@@ -46,7 +46,7 @@ import awa_bridge  # noqa: E402
 from awa_bridge import insert_job, insert_job_sync, prepare_job  # noqa: E402
 from awa_bridge.types import STATE_ORDER  # noqa: E402
 
-from .dbutil import with_driver  # noqa: E402
+from .dbutil import create_database, drop_database, with_driver  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -87,19 +87,27 @@ class AwaDatabase(NamedTuple):
     awa_url: str  # the same database in a form awa-pg accepts
 
 
-@pytest.fixture
-def awa_db(make_database: Callable[[], str]) -> AwaDatabase:
-    """A fresh database migrated by the real awa-pg."""
-    url = make_database()
-    target = AwaDatabase(url, awa_pg_url(url))
+@pytest.fixture(scope="module")
+def awa_migrated(server_url: str) -> Iterator[str]:
+    """A database migrated by the real awa-pg, once for this file: each test gets a copy of it."""
+    url = create_database(server_url, prefix="awa_tpl")
 
     async def run_awa_migrations() -> None:
-        await awa.migrate(target.awa_url)  # needs a running event loop
+        await awa.migrate(awa_pg_url(url))  # needs a running event loop
 
     asyncio.run(run_awa_migrations())
+    yield url
+    drop_database(server_url, url)
+
+
+@pytest.fixture
+def awa_db(server_url: str, awa_migrated: str) -> Iterator[AwaDatabase]:
+    """A fresh database as awa-pg's migrations left it (a copy of ``awa_migrated``), dropped after the test."""
+    url = create_database(server_url, prefix="awa_tmp", template=awa_migrated)
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM awa.schema_version").fetchone()[0] > 0
-    return target
+    yield AwaDatabase(url, awa_pg_url(url))
+    drop_database(server_url, url)
 
 
 # -- our migration runner refuses Awa's schema ---------------------------------
