@@ -99,3 +99,7 @@ try:  # Django 5.2: the django-tasks backport provides the same API as django_ta
     import django.tasks  # noqa: F401
 except ImportError:
     INSTALLED_APPS.append("django_tasks")
+
+# A test project's users are made by the hundred (pytest-django's admin_client, one per test):
+# PBKDF2 at Django's production iterations costs about 0.3 s a user; the tests check pages, not hashes.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
