@@ -66,9 +66,10 @@ def run_to_the_end(
                 _, still = loop.run_until_complete(asyncio.wait(left, timeout=grace))
                 if still:
                     log.warning(
-                        "%d task(s) still running %.1f s after their cancellation; the loop closes without them",
+                        "%d task(s) still running %.1f s after their cancellation (%s); the loop closes without them",
                         len(still),
                         grace,
+                        ", ".join(sorted(task.get_name() for task in still)),
                     )
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
