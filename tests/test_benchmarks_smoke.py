@@ -445,6 +445,7 @@ def run_with_env_url(url: str, script: str, *args: str) -> subprocess.CompletedP
         "profile_single_enqueue.py",
     ],
 )
+@pytest.mark.own_server
 def test_a_server_that_cannot_be_reached_is_one_line_and_status_2(script: str, url: str) -> None:
     done = run_with_env_url(url, script)
     lines = done.stderr.splitlines()
@@ -475,6 +476,7 @@ def test_a_server_that_cannot_be_reached_is_one_line_and_status_2(script: str, u
         ("bench_storage.py", ("--rate", "0"), "--rate"),
     ],
 )
+@pytest.mark.own_server
 def test_a_size_out_of_range_is_refused_before_anything_runs(script: str, args: tuple[str, ...], option: str) -> None:
     done = run_with_env_url(UNREACHABLE, script, *args)  # no server is needed to refuse them
     assert done.returncode == 2 and f"error: {option} must be" in done.stderr, done.stderr[-3000:]
@@ -708,6 +710,7 @@ def server_binaries_to_count() -> bool:
     return shutil.which("runuser") is not None
 
 
+@pytest.mark.own_server  # a throwaway cluster of its own (initdb)
 @pytest.mark.skipif(not server_binaries_to_count(), reason="needs valgrind and PostgreSQL's server binaries")
 def test_server_instruction_count_runs_every_statement_it_names() -> None:
     """``count_insert_server_instructions.py`` executes each case without error, and counts.
@@ -738,6 +741,7 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
     assert all(int(row.split(" | ")[1].replace(",", "")) > 0 for row in rows[1:]), out
 
 
+@pytest.mark.own_server
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_instruction_counts_of_one_program_repeat_exactly() -> None:
     """``callgrind`` runs a Python child with one fixed hash seed, so the same program counts the

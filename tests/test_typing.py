@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_server]  # mypy only
 
 HERE = Path(__file__).parent / "typing"
 ROOT = Path(__file__).resolve().parent.parent

@@ -400,6 +400,7 @@ def test_sync_handler_blocked_past_its_deadline_keeps_its_slot_and_nothing_runs_
 # -- a database outage longer than the staleness window ----------------------------------------------
 
 
+@pytest.mark.own_server  # its workers run on an embedded server it stops and starts
 def test_outage_longer_than_staleness_live_workers_keep_their_jobs(tmp_path: Any, workers: Workers) -> None:
     """A dedicated server stops for 3 s (staleness 1.5 s) while three workers run 10 s jobs; one of them dies meanwhile.
 
