@@ -72,12 +72,12 @@ async def handle(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[H
 
 
 @pytest.fixture
-def make_database(server_url: str) -> Iterator[Callable[[], str]]:
-    """Factory of empty throwaway databases, dropped after the test."""
+def make_database(server_url: str) -> Iterator[Callable[..., str]]:
+    """Factory of throwaway databases, empty or copies of a ``template`` URL, dropped after the test."""
     made: list[str] = []
 
-    def make() -> str:
-        made.append(create_database(server_url, prefix="awa_tmp"))
+    def make(template: str | None = None) -> str:
+        made.append(create_database(server_url, prefix="awa_tmp", template=template))
         return made[-1]
 
     yield make

@@ -101,13 +101,12 @@ def awa_migrated(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def awa_db(server_url: str, awa_migrated: str) -> Iterator[AwaDatabase]:
+def awa_db(make_database: Callable[..., str], awa_migrated: str) -> AwaDatabase:
     """A fresh database as awa-pg's migrations left it (a copy of ``awa_migrated``), dropped after the test."""
-    url = create_database(server_url, prefix="awa_tmp", template=awa_migrated)
+    url = make_database(template=awa_migrated)
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM awa.schema_version").fetchone()[0] > 0
-    yield AwaDatabase(url, awa_pg_url(url))
-    drop_database(server_url, url)
+    return AwaDatabase(url, awa_pg_url(url))
 
 
 # -- our migration runner refuses Awa's schema ---------------------------------

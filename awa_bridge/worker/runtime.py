@@ -273,15 +273,15 @@ class Runtime:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
             self.held.forget([job_id for job_id, _ in held])
         _, deaf = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+        still = [ctx for ctx in given_up if ctx._task in deaf]
+        for ctx in still:  # named for the loop's teardown, which may still find it running
+            ctx._task.set_name(f"awa job {ctx.id}")
         if deaf:
-            for ctx in given_up:
-                if ctx._task in deaf:  # named for the loop's teardown, which may still find it running
-                    ctx._task.set_name(f"awa job {ctx.id}")
             log.warning(
                 "job(s) %s: the handler still runs %.0f s after its cancellation (it caught CancelledError and"
                 " went on); the worker stops without it. Its attempt was released: run_lease fences what it"
                 " writes, and its outcome is not recorded",
-                ", ".join(str(ctx.id) for ctx in given_up if ctx._task in deaf) or "?",
+                ", ".join(str(ctx.id) for ctx in still) or "?",
                 CANCEL_GRACE,
             )
 
