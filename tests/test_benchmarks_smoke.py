@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -739,6 +740,27 @@ def test_server_instruction_count_runs_every_statement_it_names() -> None:
         next(case for case in count_insert_server_instructions.CASES if case.startswith("insert_job's")),
     ], out
     assert all(int(row.split(" | ")[1].replace(",", "")) > 0 for row in rows[1:]), out
+
+
+@pytest.mark.own_server
+@pytest.mark.skipif(not server_binaries_to_count(), reason="needs valgrind and PostgreSQL's server binaries")
+@pytest.mark.parametrize("as_text", [False, True], ids=["prepared", "as-text"])
+@pytest.mark.parametrize("counted", [False, True], ids=["check", "counted"])
+def test_server_instruction_count_stops_at_a_statement_that_fails(
+    monkeypatch: pytest.MonkeyPatch, as_text: bool, counted: bool
+) -> None:
+    """A statement PostgreSQL refuses stops the count with its ERROR, with valgrind or without (until
+    2026-12-07 the script looked for it in the standard output, where ``postgres --single`` does not
+    write it, and counted the failing statement as if it had run)."""
+    script = count_insert_server_instructions
+    broken = "a column that is not there"
+    monkeypatch.setitem(script.CASES, broken, ("INSERT INTO awa.jobs (kind, nosuch) VALUES ($1, $2)", "'k', %d"))
+    bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as root:  # as the script's: a directory the cluster's user can reach
+        cluster = script.Cluster(root, bindir, "postgres" if os.geteuid() == 0 else None)
+        cluster.create()
+        with pytest.raises(RuntimeError, match=r'failed in the single-user session: .*ERROR:  column "nosuch"'):
+            cluster.instructions(broken, 2, as_text, counted=counted)
 
 
 @pytest.mark.own_server
