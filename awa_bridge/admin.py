@@ -205,9 +205,10 @@ def _check_queue(queue: str) -> None:
     _check_name("queue", queue)
 
 
-def _check_job_id(job_id: Any) -> int:
+def check_job_id(job_id: Any) -> int:
+    """``job_id``, or ``ValidationError`` when it cannot be an id of awa.jobs (a bigint from 1)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= _MAX_JOB_ID:
-        raise ValidationError("job_id", f"must be a positive integer (a job id), got {job_id!r}")
+        raise ValidationError("job_id", f"must be a job id, an integer from 1 to {_MAX_JOB_ID}, got {job_id!r}")
     return job_id
 
 
@@ -219,7 +220,7 @@ def _job_from(row: dict[str, Any]) -> Job:
 
 
 def _single_job(query: str, action: str, job_id: Any, allowed: tuple[str, ...], operator: str | None) -> _Op[Job]:
-    job_id = _check_job_id(job_id)
+    job_id = check_job_id(job_id)
     _check_name("operator", operator, optional=True)
 
     def finish(rows: list[dict[str, Any]]) -> Job:
@@ -547,7 +548,7 @@ def _bulk(
     if ids is not None:
         if state is not None or kind is not None or queue is not None:
             raise ValidationError("ids", "give either job ids or a filter (state, kind, queue), not both")
-        id_list = sorted({_check_job_id(i) for i in ids})
+        id_list = sorted({check_job_id(i) for i in ids})
     states = [str(s) for s in allowed]
     if state is not None:
         if state not in {s.value for s in JobState}:
@@ -757,9 +758,14 @@ def queue_known(conn_or_url: Any, queue: str) -> bool:
     return bool(_run(conn_or_url, _Op("queue_known", {"queue": queue}, lambda rows: rows[0]["known"])))
 
 
-def resume_queue(conn_or_url: Any, queue: str) -> None:
-    """Let workers claim on ``queue`` again."""
-    _run(conn_or_url, _queue_op("resume_queue", {"queue": queue}))
+def _resume_op(queue: str) -> _Op[bool]:
+    _check_queue(queue)
+    return _Op("resume_queue", {"queue": queue}, bool)
+
+
+def resume_queue(conn_or_url: Any, queue: str) -> bool:
+    """Let workers claim on ``queue`` again; False (nothing written) when it was not paused."""
+    return _run(conn_or_url, _resume_op(queue))
 
 
 async def pause_queue_async(conn_or_url: Any, queue: str, paused_by: str | None = None) -> None:
@@ -767,6 +773,6 @@ async def pause_queue_async(conn_or_url: Any, queue: str, paused_by: str | None 
     await _run_async(conn_or_url, _queue_op("pause_queue", {"queue": queue, "paused_by": paused_by}))
 
 
-async def resume_queue_async(conn_or_url: Any, queue: str) -> None:
+async def resume_queue_async(conn_or_url: Any, queue: str) -> bool:
     """Async form of ``resume_queue``."""
-    await _run_async(conn_or_url, _queue_op("resume_queue", {"queue": queue}))
+    return await _run_async(conn_or_url, _resume_op(queue))

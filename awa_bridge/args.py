@@ -18,6 +18,15 @@ levels of nested lists and dicts, the top-level object counting as one
 while jobs of 127 or 128 levels failed or stayed stuck; a report against it
 saw failures from 64 levels on, so the limit stays at 64).
 A structure that contains itself is refused by the same depth check.
+
+A JSON value (args, metadata, progress, a result, a payload) is at most
+``MAX_JSON_BYTES`` of UTF-8 text. PostgreSQL's own limits are higher but
+fail on the server, after the statement was sent, and abort the caller's
+transaction: a jsonb string or container holds at most 268,435,455 bytes,
+and jsonb's binary form can take up to four times the text's size (an array
+of small numbers). A job's args are read at every claim and kept for the
+finished job's retention; a payload larger than this belongs in storage of
+its own, with a reference in the args.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 MAX_FLOAT = 1e308
 MAX_DEPTH = 64
+MAX_JSON_BYTES = 16 * 1024 * 1024
 
 _ASCII_DIGITS = frozenset("0123456789")
 
@@ -159,7 +169,7 @@ def plain_args(args: Any) -> tuple[dict[str, Any], str | None, str] | None:
                 return None
         elif value is not None and kind_of is not bool:
             return None
-    return data, kind, _json_text(data)
+    return data, kind, sized(_json_text(data), "args")
 
 
 def _converted(convert: Any, args: Any) -> Any:
@@ -182,8 +192,21 @@ def canonical_json(value: Any, field: str = "args") -> str:
     """
     if _check(value, field, 1):
         # Some number needs serde_json's spelling; build the text by hand.
-        return "".join(_encode(value))
-    return _json_text(value)
+        return sized("".join(_encode(value)), field)
+    return sized(_json_text(value), field)
+
+
+def sized(text: str, field: str) -> str:
+    """``text``, unless it is more than ``MAX_JSON_BYTES`` of UTF-8 (counted only when it could be)."""
+    if len(text) > MAX_JSON_BYTES // 4:  # at most four bytes a character
+        size = len(text.encode("utf-8"))
+        if size > MAX_JSON_BYTES:
+            raise ValidationError(
+                field,
+                f"is {size:,} bytes of JSON; the limit is {MAX_JSON_BYTES:,} (16 MiB): keep large data"
+                " elsewhere (a file, an object store, a table of your own) and pass a reference to it",
+            )
+    return text
 
 
 def _make_json_text() -> Callable[[Any], str]:

@@ -69,7 +69,7 @@ def list_jobs(target: Any, write: Write, *, state: str | None, queue: str | None
 
 def show_job(target: Any, job_id: int, write: Write) -> None:
     """One job in full: its columns, args / metadata / progress as JSON, the error history as tracebacks."""
-    rows = _fetch(target, "get_job", {"id": job_id})
+    rows = _fetch(target, "get_job", {"id": admin.check_job_id(job_id)})
     if not rows:
         raise JobNotFound(job_id)
     job = row_to_job(rows[0])
@@ -121,15 +121,21 @@ def pause_queue(
     target: Any, name: str, write: Write, *, paused_by: str, create: bool, configured: Iterable[str] = ()
 ) -> None:
     """Pause a queue; a name nothing knows (no job, pause, worker, nor ``configured``) needs ``create``."""
-    known = set(configured)
-    if not create and name not in known and not admin.queue_known(target, name):
-        names = sorted(known | {s.queue for s in admin.queue_stats(target)})
-        raise UsageError(
-            f"unknown queue {name!r}: no job, pause or worker has used it (known: {', '.join(names) or 'none yet'}); "
-            "add --create to pause it before first use"
-        )
+    if not create:
+        _refuse_unknown_queue(target, name, configured, "; add --create to pause it before first use")
     admin.pause_queue(target, name, paused_by=paused_by)
     write(f"queue {name} paused: workers stop claiming within one poll interval; running jobs finish")
+
+
+def _refuse_unknown_queue(target: Any, name: str, configured: Iterable[str], hint: str = "") -> None:
+    """``UsageError`` for a name no job, pause, worker nor ``configured`` has used: a typo, most likely."""
+    known = set(configured)
+    if name not in known and not admin.queue_known(target, name):
+        names = sorted(known | {s.queue for s in admin.queue_stats(target)})
+        raise UsageError(
+            f"unknown queue {name!r}: no job, pause or worker has used it (known: {', '.join(names) or 'none yet'})"
+            + hint
+        )
 
 
 QUEUE_STATS_COLUMNS = ["queue", "paused", "available", "running", "scheduled", "retryable", "waiting_external"]
@@ -142,9 +148,13 @@ def queue_stats(target: Any, write: Write, name: str | None = None) -> None:
     print_table([{c: getattr(s, c) for c in QUEUE_STATS_COLUMNS} for s in stats], QUEUE_STATS_COLUMNS, write)
 
 
-def resume_queue(target: Any, name: str, write: Write) -> None:
-    admin.resume_queue(target, name)
-    write(f"queue {name} resumed")
+def resume_queue(target: Any, name: str, write: Write, *, configured: Iterable[str] = ()) -> None:
+    """Resume a paused queue; a queue that was not paused is said so, an unknown name refused."""
+    if admin.resume_queue(target, name):
+        write(f"queue {name} resumed")
+        return
+    _refuse_unknown_queue(target, name, configured)
+    write(f"queue {name} was not paused; nothing to do")
 
 
 # -- cron -------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .drivers.connect import url_problem
+from .drivers.connect import scheme_problem, url_problem
 from .drivers.errors import describe_connection_failure
 from .errors import AwaError, SchemaNotMigrated, missing_schema
 
@@ -36,13 +36,9 @@ def database_url(value: str | None) -> str:
 
 def check_database_url(url: str) -> None:
     """Raise ``UsageError`` naming what is wrong with ``url`` (scheme, syntax); it does not connect."""
-    scheme, sep, _ = url.partition("://")
-    if sep and scheme not in ("postgresql", "postgres"):
-        if scheme.startswith(("postgresql+", "postgres+")):
-            raise UsageError(
-                f"the database URL has the SQLAlchemy scheme {scheme!r}; give the plain postgresql:// form"
-            )
-        raise UsageError(f"the database URL must start with postgresql://, got {scheme}://...")
+    problem = scheme_problem(url)
+    if problem is not None:
+        raise UsageError(problem)
     problem = url_problem(url)
     if problem is not None:
         expected = "expected postgresql://USER@HOST:PORT/DBNAME"

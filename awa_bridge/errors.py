@@ -26,6 +26,29 @@ class ValidationError(AwaError, ValueError):
         super().__init__(f"{field}: {message}")
 
 
+class MissingDependency(AwaError, ImportError):
+    """A part of the suite needs a package that is not installed; the message says which to install."""
+
+
+def require(module: str, extra: str, why: str) -> Any:
+    """``module``, imported; ``MissingDependency`` naming it and its extra when it is not installed.
+
+    The optional drivers and croniter are imported where they are first used, so that
+    ``import awa_bridge`` needs neither: a user who skipped an extra learns it in one line
+    (the CLI's ``error:``, a Django ``CommandError``), not from a traceback.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise  # installed, but something it imports is missing: its own traceback says what
+        raise MissingDependency(
+            f"{module} is not installed, and {why}: pip install {module} (or awa-bridge's extra [{extra}])"
+        ) from exc
+
+
 class UnsupportedConnection(AwaError, TypeError):
     """The object handed to the bridge is not a connection type it knows."""
 

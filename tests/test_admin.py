@@ -594,7 +594,7 @@ def test_cli_job_actions(run_cli, db_url: str) -> None:
     code, _, err = run_cli("jobs", "retry")
     assert code == 2 and "needs a job id" in err
     code, _, err = run_cli("jobs", "retry", "-4")
-    assert code == 2 and "positive integer" in err
+    assert code == 2 and "must be a job id, an integer from 1" in err
     with pytest.raises(SystemExit) as exit_info:
         run_cli("jobs", "retry", "abc")
     assert exit_info.value.code == 2

@@ -19,6 +19,7 @@ import pytest
 
 import awa_bridge
 from awa_bridge import JobState, UniqueConflict
+from awa_bridge.args import MAX_JSON_BYTES
 
 from .conftest import count_rows
 from .drivers import HANDLES, Handle
@@ -238,6 +239,23 @@ async def test_insert_many_rolls_back(handle: Handle, db_url: str) -> None:
     assert committed_jobs(db_url) == 0
 
 
+async def test_args_past_the_size_limit_are_refused_before_the_server(handle: Handle, db_url: str) -> None:
+    """A 17 MiB payload once reached PostgreSQL (whose own limit is 256 MiB of jsonb) and failed
+    there only past that, aborting the caller's transaction; now every driver refuses it first."""
+    big = {"blob": "x" * (MAX_JSON_BYTES + 1)}
+    await handle.begin()
+    await handle.app_row("before")
+    with pytest.raises(awa_bridge.ValidationError, match=r"^args: is 16,777,22\d bytes of JSON; the limit is 16,7"):
+        await handle.insert(big, kind="big")
+    with pytest.raises(awa_bridge.ValidationError, match=r"^jobs\[1\]\.args: .* the limit is 16,777,216"):
+        await handle.insert_many([{"i": 1}, big], kind="big")
+    await handle.app_row("after")  # the transaction is still usable
+    await handle.insert({"blob": "x" * (MAX_JSON_BYTES - len('{"blob":""}'))}, kind="big")  # exactly the limit
+    await handle.commit()
+    assert committed_jobs(db_url) == 1
+    assert committed_orders(db_url) == 2
+
+
 def test_wrong_connection_type_lists_the_supported_ones() -> None:
     with pytest.raises(TypeError) as info:
         awa_bridge.insert_job_sync(object(), {"a": 1}, kind="k")
@@ -267,7 +285,7 @@ async def test_one_name_for_sync_and_async_connections(db_url: str) -> None:
         pending = awa_bridge.insert_job(aconn, {"a": 4}, kind="k")
         assert inspect.iscoroutine(pending)
         await pending
-        with pytest.raises(TypeError, match="async connection: await the async API"):
+        with pytest.raises(TypeError, match="async connection, and this call needs a sync one: await the async API"):
             awa_bridge.insert_job_sync(aconn, {"a": 5}, kind="k")  # type: ignore[arg-type]
         await aconn.commit()
     assert committed_jobs(db_url) == 3

@@ -259,10 +259,10 @@ def test_bad_input_is_rejected_before_anything_is_written(db_url: str, kwargs: d
 
 async def test_the_wrong_form_for_the_connection_is_named(db_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-        with pytest.raises(UnsupportedConnection, match="async connection: use the async form"):
+        with pytest.raises(UnsupportedConnection, match="needs a sync one: use the async form"):
             external_effect(aconn, "acme", "k", {}, lambda key: 1, idempotent=True)
     with psycopg.connect(db_url) as conn:
-        with pytest.raises(UnsupportedConnection, match="sync connection: use the sync form"):
+        with pytest.raises(UnsupportedConnection, match="needs an async one: use the sync form"):
             await external_effect_async(conn, "acme", "k", {}, lambda key: 1, idempotent=True)
         with pytest.raises(UnsupportedConnection, match=r"unsupported connection object builtins\.str"):
             external_effect("postgresql://", "acme", "k", {}, lambda key: 1, idempotent=True)

@@ -259,9 +259,9 @@ def test_insert_job_on_a_sync_session_writes_the_job_and_returns_it(sync_engine:
 
 async def test_wrong_session_kind_gets_a_clear_error(sync_engine: Engine, async_engine: AsyncEngine) -> None:
     async with AsyncSession(async_engine) as asession:
-        with pytest.raises(UnsupportedConnection, match=r"async connection: await the async API"):
+        with pytest.raises(UnsupportedConnection, match=r"needs a sync one: await the async API"):
             insert_job_sync(asession, {}, kind="k")
-        with pytest.raises(UnsupportedConnection, match=r"async connection: await the async API"):
+        with pytest.raises(UnsupportedConnection, match=r"needs a sync one: await the async API"):
             insert_many_sync(asession, [{}], kind="k")
     for call in (insert_job, insert_job_sync):
         with pytest.raises(UnsupportedConnection, match="needs a SQLAlchemy Session, Connection"):

@@ -29,10 +29,14 @@ from .procs import unique_queue
 REPO = Path(__file__).resolve().parent.parent
 
 
-def awa(*args: str, url: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def awa(
+    *args: str, url: str | None = None, timeout: float = 60, pythonpath: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     if url is not None:
         env["DATABASE_URL"] = url
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), str(REPO)])
     return subprocess.run(
         [sys.executable, "-m", "awa_bridge", *args],
         cwd=REPO,
@@ -146,6 +150,22 @@ def test_queues_pause_an_unknown_queue_needs_create(db_url: str) -> None:
     assert rows == [("email", True), ("reports", True)]
 
 
+def test_queues_resume_refuses_an_unknown_queue_and_writes_nothing(db_url: str) -> None:
+    """``resume`` once upserted its row: a typo'd name was "resumed" and then listed for good."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        insert_job_sync(conn, {}, kind="k", queue="email")
+    one_line_error(awa("queues", "resume", "emial", url=db_url), "unknown queue 'emial'", "known: email")
+    not_paused = awa("queues", "resume", "email", url=db_url)
+    assert (not_paused.returncode, not_paused.stdout) == (0, "queue email was not paused; nothing to do\n")
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.queue_meta").fetchone()[0] == 0  # nothing written
+    assert awa("queues", "pause", "email", url=db_url).returncode == 0
+    resumed = awa("queues", "resume", "email", url=db_url)
+    assert (resumed.returncode, resumed.stdout) == (0, "queue email resumed\n")
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT queue, paused FROM awa.queue_meta").fetchall() == [("email", False)]
+
+
 # -- bad paths ----------------------------------------------------------------------------------
 
 
@@ -183,6 +203,39 @@ def test_worker_on_an_unmigrated_database_exits_at_once(make_database: Callable[
 )
 def test_a_wrong_module_client_is_one_line(db_url: str, target: str, words: list[str]) -> None:
     one_line_error(awa("worker", target, url=db_url, timeout=30), *words)
+
+
+@pytest.mark.parametrize("command", [["jobs", "--id", "-5"], ["jobs", "--id", "0"], ["jobs", "cancel", str(2**70)]])
+def test_a_job_id_out_of_range_is_named_as_such(db_url: str, command: list[str]) -> None:
+    """Not "no job with id -5", nor "must be a positive integer" for a positive one too big for a bigint."""
+    one_line_error(awa(*command, url=db_url), "job_id: must be a job id, an integer from 1 to 9223372036854775807")
+
+
+def not_installed(tmp_path: Path, module: str) -> Path:
+    """A directory that, first on PYTHONPATH, makes ``import module`` fail as it does where the package
+    is not installed (the same exception, naming the same module)."""
+    package = tmp_path / "absent" / module
+    package.mkdir(parents=True)
+    message = f"No module named {module!r}"
+    (package / "__init__.py").write_text(f"raise ModuleNotFoundError({message!r}, name={module!r})\n")
+    return package.parent
+
+
+def test_the_worker_without_asyncpg_says_to_install_it(db_url: str, tmp_path: Path) -> None:
+    """The worker runs on asyncpg, an extra: a psycopg-only install (the SQLAlchemy how-to's) once
+    ended in a 28-line traceback."""
+    absent = not_installed(tmp_path, "asyncpg")
+    done = awa("worker", "tests.worker_app:client", url=db_url, timeout=30, pythonpath=absent)
+    one_line_error(done, "asyncpg is not installed, and the worker and Client run on it", "pip install asyncpg")
+
+
+def test_cron_create_without_croniter_says_to_install_it(db_url: str, tmp_path: Path) -> None:
+    absent = not_installed(tmp_path, "croniter")
+    done = awa("cron", "create", "nightly", "--cron", "0 3 * * *", "--kind", "k", url=db_url, pythonpath=absent)
+    one_line_error(done, "croniter is not installed, and periodic jobs need it", "pip install croniter", "[cron]")
+    with psycopg.connect(db_url) as conn:  # nothing written
+        assert conn.execute("SELECT count(*) FROM awa.cron_jobs").fetchone()[0] == 0
+    assert awa("cron", "list", url=db_url, pythonpath=absent).returncode == 0  # listing needs no croniter
 
 
 @pytest.mark.parametrize(

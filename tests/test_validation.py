@@ -12,6 +12,8 @@ import pytest
 
 import awa_bridge
 from awa_bridge import ValidationError
+from awa_bridge.args import MAX_JSON_BYTES
+from awa_bridge.worker import Client
 
 from .conftest import count_rows
 
@@ -103,6 +105,12 @@ CASES: list[tuple[str, Any, dict[str, Any], str, str]] = [
     ("nested 65 deep", {"a": _nested(64)}, {}, "args.a", "nested deeper than 64"),
     ("cyclic args", _CYCLIC, {}, "args", "nested deeper than 64"),
     ("cyclic metadata", {}, {"metadata": _CYCLIC}, "metadata", "contains itself"),
+    # Past MAX_JSON_BYTES: the plain short path (ASCII strings), the full path (a nested list),
+    # multi-byte text whose characters are fewer than the limit's bytes, and metadata.
+    ("args over 16 MiB", {"blob": "x" * MAX_JSON_BYTES}, {}, "args", "limit is 16,777,216"),
+    ("nested args over 16 MiB", {"rows": [["y" * 1024] * 1024] * 17}, {}, "args", "limit is 16,777,216"),
+    ("multi-byte args over 16 MiB", {"t": "\u00e9" * (MAX_JSON_BYTES // 2)}, {}, "args", "limit is 16,777,216"),
+    ("metadata over 16 MiB", {}, {"metadata": {"m": "z" * MAX_JSON_BYTES}}, "metadata", "limit is 16,777,216"),
 ]
 
 
@@ -156,9 +164,10 @@ def test_bulk_error_names_the_row_and_writes_nothing(db_url: str) -> None:
     [
         (lambda conn: awa_bridge.insert_job_sync(conn, {"a": 1}), "explicit kind"),
         (lambda conn: awa_bridge.insert_job_sync(conn, ["not", "args"], kind="k"), "dataclass"),
-        (lambda conn: awa_bridge.insert_job_sync(conn, {"a": 1}, kind="k", colour="red"), "colour"),
+        (lambda conn: awa_bridge.insert_job_sync(conn, {"a": 1}, kind="k", colour="red"), "^colour: is not a job"),
+        (lambda conn: awa_bridge.insert_many_sync(conn, [{"a": 1}], kind="k", colour="red"), "^colour: is not a job"),
     ],
-    ids=["dict without kind", "list args", "unknown option"],
+    ids=["dict without kind", "list args", "unknown option", "unknown bulk option"],
 )
 def test_missing_kind_wrong_args_type_and_unknown_option(db_url: str, call: Callable[[Any], Any], message: str) -> None:
     with psycopg.connect(db_url) as conn, pytest.raises((ValidationError, TypeError), match=message):
@@ -195,3 +204,22 @@ def test_pydantic_model_args(db_url: str) -> None:
         conn.commit()
     assert job.kind == "resize_image"
     assert job.args == {"url": "u", "when": "2030-01-02"}
+
+
+SQLALCHEMY_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/shop"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: awa_bridge.migrate(SQLALCHEMY_URL),
+        lambda: awa_bridge.admin.queue_stats(SQLALCHEMY_URL),
+        lambda: Client(SQLALCHEMY_URL),
+    ],
+    ids=["migrate", "admin.queue_stats", "Client"],
+)
+def test_a_sqlalchemy_url_is_refused_by_name_before_any_driver_reads_it(call: Callable[[], Any]) -> None:
+    """A SQLAlchemy application's URL once reached libpq, which said only "missing '=' after ...";
+    the CLI already said what to do, and now the functions that take a URL say the same."""
+    with pytest.raises(ValidationError, match=r"^url: the database URL has the SQLAlchemy scheme 'postgresql\+async"):
+        call()

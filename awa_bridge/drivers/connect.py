@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ValidationError, require
 from .detect import detect_async, detect_sync
 
 if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
@@ -23,6 +24,11 @@ if TYPE_CHECKING:  # imported when used: ``import awa_bridge`` imports no driver
     from .asyncpg import Asyncpg, AsyncpgPool
     from .base import AsyncDriver, SyncDriver
     from .psycopg import PsycopgAsync, PsycopgPool, PsycopgSync
+
+
+def require_asyncpg() -> Any:
+    """asyncpg, which the worker and ``Client`` run on, or one line saying to install it."""
+    return require("asyncpg", "asyncpg", "the worker and Client run on it")
 
 
 async def connect_async(
@@ -43,10 +49,11 @@ async def connect_asyncpg(
     ``insert_job`` as the caller's own connection would be, and need their
     server pid; every other caller wants the adapter (``connect_async``).
     """
-    import asyncpg
-
+    driver = require_asyncpg()
+    url = plain_url(url)
     server_settings = {**(settings or {}), **({"application_name": application_name} if application_name else {})}
-    return await asyncpg.connect(url, server_settings=server_settings or None)
+    conn: asyncpg.Connection[Any] = await driver.connect(url, server_settings=server_settings or None)
+    return conn
 
 
 # The maintenance leader's session. Under PostgreSQL's default plan_cache_mode (auto) a statement
@@ -66,7 +73,7 @@ async def connect_async_psycopg(url: str) -> PsycopgAsync:
 
     from .psycopg import PsycopgAsync
 
-    return PsycopgAsync(await psycopg.AsyncConnection.connect(url, autocommit=True))
+    return PsycopgAsync(await psycopg.AsyncConnection.connect(plain_url(url), autocommit=True))
 
 
 def connect_sync(url: str, *, autocommit: bool = True, application_name: str | None = None) -> PsycopgSync:
@@ -76,7 +83,7 @@ def connect_sync(url: str, *, autocommit: bool = True, application_name: str | N
     from .psycopg import PsycopgSync
 
     extra: dict[str, Any] = {"application_name": application_name} if application_name else {}
-    return PsycopgSync(psycopg.connect(url, autocommit=autocommit, **extra))
+    return PsycopgSync(psycopg.connect(plain_url(url), autocommit=autocommit, **extra))
 
 
 # The session settings of the worker's own pool (claims, completions, progress), which runs only
@@ -134,8 +141,7 @@ async def create_pool(
     generic plan is as good as a custom one (tests/test_worker_plans.py reads
     them).
     """
-    import asyncpg
-
+    driver = require_asyncpg()
     from .asyncpg import AsyncpgPool
 
     options: dict[str, Any] = {"min_size": min_size, "max_size": max_size}
@@ -148,7 +154,7 @@ async def create_pool(
         options["server_settings"] = settings
     if keep_session:
         options["reset"] = _keep_session
-    return AsyncpgPool(await asyncpg.create_pool(url, **options))
+    return AsyncpgPool(await driver.create_pool(plain_url(url), **options))
 
 
 async def _keep_session(conn: object) -> None:
@@ -162,7 +168,7 @@ def create_sync_pool(url: str, *, min_size: int, max_size: int, application_name
     from .psycopg import PsycopgPool
 
     pool: ConnectionPool[Any] = ConnectionPool(
-        url,
+        plain_url(url),
         min_size=min_size,
         max_size=max_size,
         open=True,
@@ -195,6 +201,30 @@ async def async_driver_for(conn_or_url: Any) -> AsyncIterator[AsyncDriver]:
             yield db
     else:
         yield detect_async(conn_or_url)
+
+
+def scheme_problem(url: str) -> str | None:
+    """What is wrong with a URL's scheme (a SQLAlchemy one, another database's), or None."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme in ("postgresql", "postgres"):
+        return None  # a libpq key=value string, or the plain form
+    if scheme.startswith(("postgresql+", "postgres+")):
+        return (
+            f"the database URL has the SQLAlchemy scheme {scheme!r}; give the plain postgresql:// form"
+            " (from an engine: engine.url.set(drivername='postgresql').render_as_string(hide_password=False))"
+        )
+    return f"the database URL must start with postgresql://, got {scheme}://..."
+
+
+def plain_url(url: str) -> str:
+    """``url``, refused with ``ValidationError`` before any driver reads it if its scheme is not PostgreSQL's.
+
+    A SQLAlchemy application's URL (``postgresql+asyncpg://``) handed to a function that opens
+    its own connection gave libpq's "missing '=' after ... in connection info string"."""
+    problem = scheme_problem(url) if isinstance(url, str) else None
+    if problem is not None:
+        raise ValidationError("url", problem)
+    return url
 
 
 def url_problem(url: str) -> str | None:

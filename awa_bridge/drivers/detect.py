@@ -74,10 +74,19 @@ def _is_django_wrapper(cls: type) -> bool:
     return False
 
 
-def _unsupported(conn: Any, hint: str = "") -> UnsupportedConnection:
-    return UnsupportedConnection(
-        f"unsupported connection object {type(conn).__module__}.{type(conn).__qualname__}; supported: {SUPPORTED}{hint}"
-    )
+def _name(conn: Any) -> str:
+    return f"{type(conn).__module__}.{type(conn).__qualname__}"
+
+
+def _unsupported(conn: Any) -> UnsupportedConnection:
+    return UnsupportedConnection(f"unsupported connection object {_name(conn)}; supported: {SUPPORTED}")
+
+
+def wrong_mode(conn: Any, advice: str) -> UnsupportedConnection:
+    """A supported connection handed to the other API (an async one to a sync call, or the reverse)."""
+    if _classify(conn) in _ASYNC_KINDS:
+        return UnsupportedConnection(f"{_name(conn)} is an async connection, and this call needs a sync one: {advice}")
+    return UnsupportedConnection(f"{_name(conn)} is a sync connection, and this call needs an async one: {advice}")
 
 
 _ASYNC_KINDS = frozenset({"asyncpg", "psycopg-async", "sqlalchemy-async", "sqlalchemy-async-scoped"})
@@ -137,12 +146,13 @@ def _sync_maker(conn: Any) -> Callable[[Any], SyncDriver]:
             return DjangoSync(conn)
 
         return django
-    hint = (
-        "; this is an async connection: await the async API (await insert_job(...)); "
-        "a call without an async form needs a sync connection (or a URL where it takes one)"
-    )
-    hint = hint if kind else ""
-    raise _unsupported(conn, hint)
+    if kind:
+        raise wrong_mode(
+            conn,
+            "await the async API instead (await insert_job(...)); a call without an async form"
+            " needs a sync connection (or a URL where it takes one)",
+        )
+    raise _unsupported(conn)
 
 
 def _async_maker(conn: Any) -> Callable[[Any], AsyncDriver]:
@@ -163,5 +173,6 @@ def _async_maker(conn: Any) -> Callable[[Any], AsyncDriver]:
         from .sqlalchemy import SQLAlchemyAsync
 
         return SQLAlchemyAsync
-    hint = "; this is a sync connection: call the sync API (insert_job(...) without await)" if kind else ""
-    raise _unsupported(conn, hint)
+    if kind:
+        raise wrong_mode(conn, "call the sync API instead (insert_job(...) without await)")
+    raise _unsupported(conn)

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from ..errors import ValidationError
-from .detect import _classify, _unsupported
+from .detect import _classify, _unsupported, wrong_mode
 
 
 def _in_transaction(conn: Any, what: str) -> ValidationError:
@@ -55,8 +55,7 @@ def committed_transaction(conn: Any) -> Iterator[None]:
         with transaction.atomic(using=conn.alias):
             yield
     else:
-        hint = "; this is an async connection: use the async form" if kind else ""
-        raise _unsupported(conn, hint)
+        raise wrong_mode(conn, "use the async form") if kind else _unsupported(conn)
 
 
 @asynccontextmanager
@@ -83,5 +82,4 @@ async def committed_transaction_async(conn: Any) -> AsyncIterator[None]:
         async with conn.begin():
             yield
     else:
-        hint = "; this is a sync connection: use the sync form" if kind else ""
-        raise _unsupported(conn, hint)
+        raise wrong_mode(conn, "use the sync form") if kind else _unsupported(conn)

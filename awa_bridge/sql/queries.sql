@@ -678,8 +678,10 @@ SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = %(queue)s)
     ) AS known
 
 -- name: resume_queue
-INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
-ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL
+-- Only a paused queue has anything to undo: a name that was never paused (a
+-- typo among them) gets no row, and the caller learns it from no row returned.
+UPDATE awa.queue_meta SET paused = false, paused_at = NULL, paused_by = NULL
+WHERE queue = %(queue)s AND paused
 RETURNING queue
 
 -- fragment: job_columns

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from .. import enqueue
 from ..cron import DEFAULT_OWNER, PeriodicJob, prune_schedules, upsert_schedules
-from ..drivers.connect import connect_async, connect_sync
+from ..drivers.connect import connect_async, connect_sync, plain_url
 from ..drivers.insert_pool import InsertConnections
 from ..errors import ValidationError
 from ..migrations import migrate
@@ -55,7 +55,7 @@ class Client:
         url = database_url or os.environ.get("DATABASE_URL")
         if not url:
             raise ValueError("Client needs a database URL (argument or DATABASE_URL)")
-        self.database_url = url
+        self.database_url = plain_url(url)  # a SQLAlchemy URL is refused here, not at the first connection
         self.config = config or WorkerConfig(**timings)
         self.registry = Registry()
         self.hooks = Hooks()

@@ -223,6 +223,4 @@ class WorkerConfig:
         if self.event_loop not in EVENT_LOOPS:
             raise ValidationError("event_loop", f"must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         if self.event_loop == "uvloop" and loop_factory("uvloop") is None:
-            raise ValidationError(
-                "event_loop", "is 'uvloop' but uvloop is not installed (pip install 'awa-bridge[uvloop]')"
-            )
+            raise ValidationError("event_loop", "is 'uvloop' but uvloop is not installed (pip install uvloop)")

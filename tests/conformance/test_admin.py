@@ -154,7 +154,10 @@ async def test_queue_pause_resume_and_stats(handle: Handle, db_url: str) -> None
     await handle.commit()
     assert rows(db_url, "SELECT queue, paused, paused_by FROM awa.queue_meta") == [("email", True, "alice")]
     await handle.begin()
-    await handle.call(admin.resume_queue, admin.resume_queue_async, "email")
+    assert await handle.call(admin.resume_queue, admin.resume_queue_async, "email") is True
+    assert await handle.call(admin.resume_queue, admin.resume_queue_async, "email") is False  # not paused now
+    assert await handle.call(admin.resume_queue, admin.resume_queue_async, "never-paused") is False
+    await refused("queue", handle.call(admin.resume_queue, admin.resume_queue_async, ""))
     await refused("queue", handle.call(admin.pause_queue, admin.pause_queue_async, ""))
     await handle.commit()
     assert rows(db_url, "SELECT queue, paused FROM awa.queue_meta") == [("email", False)]
