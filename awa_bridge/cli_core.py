@@ -100,9 +100,15 @@ def job_action(target: Any, action: str, job_id: int, write: Write, *, operator:
         write(f"{describe(job)} deleted (it was {job.state})")
         return job
     write(f"{describe(job)}: {_AFTER[action]}")
-    if action == "cancel":
+    if action == "cancel" and _was_running(job):
         write("  a running handler sees job.cancelled at its next heartbeat; its late result is discarded")
     return job
+
+
+def _was_running(cancelled: Job) -> bool:
+    """Whether the job was running when cancelled: its last error record says so ("... while running")."""
+    last = cancelled.errors[-1] if cancelled.errors else {}
+    return isinstance(last, dict) and str(last.get("error", "")).endswith("while running")
 
 
 def retry_failed(target: Any, write: Write, *, kind: str | None, queue: str | None) -> None:

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import get_settings
+from .db import migrate_command
 
 
 @register()
@@ -40,8 +41,7 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> Iterable[Chec
         messages.append(
             Warning(
                 f"AWA['DATABASE'] is {awa.database!r} but no database router sends the awa_django app there",
-                hint="Add 'awa_django.routers.AwaRouter' to DATABASE_ROUTERS, then "
-                f"`manage.py migrate --database {awa.database}`.",
+                hint=f"Add 'awa_django.routers.AwaRouter' to DATABASE_ROUTERS, then `{migrate_command(awa.database)}`.",
                 id="awa_django.W001",
             )
         )
@@ -50,7 +50,8 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> Iterable[Chec
         messages.append(
             Warning(
                 f"the worker needs {', '.join(missing)}, which is not installed (enqueueing works without it)",
-                hint="pip install 'awa-bridge[asyncpg,psycopg]'",
+                hint=f"pip install {' '.join('psycopg-pool' if m == 'psycopg_pool' else m for m in missing)}"
+                " (awa-bridge's extras [asyncpg,psycopg])",
                 id="awa_django.W002",
             )
         )
@@ -113,7 +114,7 @@ def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: A
         return [
             Warning(
                 f"the awa schema on {awa.database!r} lacks {names}",
-                hint=f"Run `manage.py migrate --database {awa.database}` (it applies them).",
+                hint=f"Run `{migrate_command(awa.database)}` (it applies them).",
                 id="awa_django.W003",
             )
         ]

@@ -184,7 +184,7 @@ def build_schedule(name: str, options: Mapping[str, Any]) -> Any:
     try:
         from awa_bridge.cron import PeriodicJob
     except ImportError as exc:  # pragma: no cover - croniter is in the cron extra
-        raise InvalidAwaSetting(_key("PERIODIC"), f"needs croniter: pip install 'awa-bridge[cron]' ({exc})") from None
+        raise InvalidAwaSetting(_key("PERIODIC"), f"needs croniter: pip install croniter ({exc})") from None
     opts = {k: v for k, v in options.items() if k not in ("cron", "task", "args")}
     if "task" in options:
         from .tasks import resolve_task

@@ -24,6 +24,16 @@ def awa_alias() -> str:
     return get_settings().database
 
 
+def migrate_command(alias: str | None = None) -> str:
+    """The command that installs the awa schema on ``alias`` (default: the awa alias).
+
+    Plain ``migrate`` runs on ``default`` only, so any other alias is named; every hint
+    (the system checks, the management commands' errors) says it this way.
+    """
+    alias = alias or awa_alias()
+    return "python manage.py migrate" + ("" if alias == "default" else f" --database {alias}")
+
+
 def awa_connection(using: str | None = None) -> Any:
     """Django's connection for ``using`` (default: the awa alias)."""
     from django.db import connections

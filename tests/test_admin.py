@@ -582,7 +582,10 @@ def test_cli_job_actions(run_cli, db_url: str) -> None:
     code, _, err = run_cli("jobs", "run-now", str(job_id))
     assert code == 2 and "it is available" in err
     code, out, _ = run_cli("jobs", "cancel", str(job_id))
-    assert code == 0 and "cancelled" in out
+    assert code == 0 and out == f"job {job_id} (cli_job, queue cliq): cancelled\n"  # no handler to tell
+    running = job_in(db_url, "running", kind="cli_job", queue="cliq")
+    code, out, _ = run_cli("jobs", "cancel", str(running))
+    assert code == 0 and "a running handler sees job.cancelled at its next heartbeat" in out
     code, _, err = run_cli("jobs", "cancel", str(job_id))
     assert code == 2 and f"cannot cancel job {job_id}: it is cancelled" in err
     code, out, _ = run_cli("jobs", "retry-failed", "--queue", "cliq")

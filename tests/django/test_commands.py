@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, load_command_class
 from django.db import connection
 
 import awa_django
@@ -28,8 +30,15 @@ pytestmark = [pytest.mark.django, pytest.mark.django_db(transaction=True)]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def manage(*args: str, settings: str = "tests.django.project.settings", **popen) -> subprocess.Popen:
-    env = {**os.environ, "AWA_TEST_DATABASE_URL": database_url("default"), "PYTHONPATH": str(REPO)}
+def manage(
+    *args: str, settings: str = "tests.django.project.settings", pythonpath: Path | None = None, **popen
+) -> subprocess.Popen:
+    paths = [str(pythonpath)] if pythonpath is not None else []
+    env = {
+        **os.environ,
+        "AWA_TEST_DATABASE_URL": database_url("default"),
+        "PYTHONPATH": os.pathsep.join([*paths, str(REPO)]),
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "django", *args, "--settings", settings],
         cwd=REPO,
@@ -40,6 +49,15 @@ def manage(*args: str, settings: str = "tests.django.project.settings", **popen)
         text=True,
         **popen,
     )
+
+
+def manage_done(
+    *args: str, settings: str = "tests.django.project.settings", pythonpath: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``manage`` run to its end."""
+    process = manage(*args, settings=settings, pythonpath=pythonpath)
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def run(command: str, *args: str) -> str:
@@ -77,6 +95,19 @@ def test_awa_worker_refuses_bad_configuration(awa: None) -> None:
         call_command("awa_worker", "--queue", "email:x")
     with pytest.raises(CommandError, match="given twice"):
         call_command("awa_worker", "--queue", "email", "--queue", "email:3")
+
+
+def test_awa_worker_without_asyncpg_says_to_install_it(awa: None, tmp_path: Path) -> None:
+    """A project that installed the django extra alone gets one CommandError line, not a traceback."""
+    from tests.test_user_paths import not_installed
+
+    absent = not_installed(tmp_path, "asyncpg")
+    done = manage_done("awa_worker", "--queue", "email:1", pythonpath=absent)
+    assert done.returncode == 1, done
+    assert done.stderr.strip().splitlines() == [
+        "CommandError: asyncpg is not installed, and the worker and Client run on it: pip install asyncpg"
+        " (or awa-bridge's extra [asyncpg])"
+    ], done.stderr
 
 
 def test_awa_worker_help_explains_itself() -> None:
@@ -126,6 +157,26 @@ def test_awa_queues_stats_pause_resume(awa: None) -> None:
     assert "yes" in run("awa_queues", "stats", "email")
     run("awa_queues", "resume", "email")
     assert not QueueMeta.objects.get(queue="email").paused
+    # A name nothing knows is refused (it once got a row, "resumed", and stayed in the admin for good).
+    with pytest.raises(CommandError, match="unknown queue 'neverheard'"):
+        call_command("awa_queues", "resume", "neverheard")
+    assert not QueueMeta.objects.filter(queue="neverheard").exists()
+    assert run("awa_queues", "resume", "email") == "queue email was not paused; nothing to do\n"
+
+
+def test_awa_jobs_on_several_ids_is_all_or_nothing(awa: None) -> None:
+    """``retry 6 999`` retried 6, then stopped at 999; ``retry 999 6`` left 6 alone: the result
+    depended on the order. Now an unknown id or a refused state changes none of them."""
+    first, second = (awa_django.insert_job({"n": n}, kind="k", run_at="2099-01-01T00:00:00Z") for n in (1, 2))
+    for ids in ([first.id, 424242], [424242, first.id]):
+        done = manage_done("awa_jobs", "cancel", *map(str, ids))
+        assert done.returncode == 1 and "no job with id 424242" in done.stderr, done.stderr
+        assert done.stdout == ""  # nothing said done that was rolled back
+        assert job_state(first.id) == "scheduled"
+    done = manage_done("awa_jobs", "cancel", str(first.id), str(second.id))
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines() == [f"job {job.id} (k, queue default): cancelled" for job in (first, second)]
+    assert (job_state(first.id), job_state(second.id)) == ("cancelled", "cancelled")
 
 
 def test_awa_cron_list_trigger_pause_resume(awa: None) -> None:
@@ -179,3 +230,72 @@ def test_manage_py_and_the_cli_draw_the_same_queue_and_schedule_tables(awa: None
     assert [line.split()[:5] for line in queues[1:]] == [["email", "yes", "0", "0", "1"]]
     assert schedules[0].split()[:3] == ["name", "source", "cron_expr"]
     assert "nightly_digest" in schedules[1] and "yes (by ops)" in schedules[1]
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (["awa_jobs", "list"], "send_confirmation"),
+        (["awa_queues", "stats"], "email"),
+        (["awa_cron", "list"], "nightly"),
+    ],
+    ids=["awa_jobs", "awa_queues", "awa_cron"],
+)
+def test_djangos_common_options_work_after_the_subcommand(
+    awa: None, command: list[str], shown: str, tmp_path: Path
+) -> None:
+    """``manage.py awa_jobs list -v 0 --settings mysite.settings``: accepted after the subcommand, as by
+    every Django command, and meaning what they mean before it (``manage`` puts ``--settings`` last)."""
+    awa_django.insert_job({}, kind="send_confirmation", queue="email", run_at="2099-01-01T00:00:00Z")  # no lag ticking
+    upsert_schedules_sync(connection, [build_schedule(n, o) for n, o in get_settings().periodic.items()])
+    name, action = command
+    common = ["-v", "0", "--no-color", "--pythonpath", str(tmp_path)]
+    after, before = manage_done(name, action, *common), manage_done(name, *common, action)
+    assert (after.returncode, after.stderr) == (0, ""), after.stderr
+    assert after.stdout == before.stdout and shown in after.stdout
+
+    # --pythonpath and --settings after it find a settings module whose system check fails (E004),
+    # drawn in color under --force-color; --skip-checks after it skips the checks.
+    (tmp_path / "failing_checks.py").write_text(
+        "from tests.django.project.settings import *  # noqa: F403\n"
+        "AWA = {**AWA, 'TASK_MODULES': ['tests.django.testapp.nope']}  # noqa: F405\n"
+    )
+    failing = (name, action, "--pythonpath", str(tmp_path))
+    checked = manage_done(*failing, settings="failing_checks")
+    assert checked.returncode == 1 and "awa_django.E004" in checked.stderr, checked.stderr
+    colored = manage_done(*failing, "--force-color", settings="failing_checks")
+    assert "\x1b[" not in checked.stderr and "\x1b[" in colored.stderr and "awa_django.E004" in colored.stderr
+    skipped = manage_done(*failing, "--skip-checks", settings="failing_checks")
+    assert (skipped.returncode, skipped.stdout) == (0, after.stdout), skipped.stderr
+
+
+def test_traceback_after_the_subcommand_shows_the_traceback_of_a_command_error(awa: None) -> None:
+    """As before it: given before, the subcommand's copy of the option must not reset it."""
+    plain = manage_done("awa_cron", "trigger", "nope")
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    assert plain.stderr.startswith("CommandError: no schedule named 'nope'"), plain.stderr
+    for traced in (
+        manage_done("awa_cron", "trigger", "nope", "--traceback"),
+        manage_done("awa_cron", "--traceback", "trigger", "nope"),
+    ):
+        assert traced.returncode == 1 and "Traceback (most recent call last)" in traced.stderr, traced.stderr
+        assert "CommandError: no schedule named 'nope'" in traced.stderr
+
+
+def test_every_subcommand_parses_djangos_options_after_it_as_before_it() -> None:
+    """Each subcommand of each awa command, each of Django's common options: the same parsed value
+    after the subcommand as before it (``-v 0`` sets verbosity), on the parser ``run_from_argv`` builds."""
+    given = [["-v", "0"], ["--verbosity", "3"], ["--traceback"], ["--no-color"], ["--force-color"], ["--skip-checks"]]
+    given += [["--settings", "mysite.settings"], ["--pythonpath", "/srv/mysite"]]
+    for name in ("awa_jobs", "awa_queues", "awa_cron"):
+
+        def parse(*argv: str, name: str = name) -> dict[str, Any]:
+            return vars(load_command_class("awa_django", name).create_parser("manage.py", name).parse_args(argv))
+
+        parser = load_command_class("awa_django", name).create_parser("manage.py", name)
+        actions = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for action, subparser in actions.choices.items():
+            needed = ["1" for a in subparser._actions if not a.option_strings and a.nargs is None]  # ID / NAME
+            for option in given:
+                before, after = parse(*option, action, *needed), parse(action, *needed, *option)
+                assert after == before != parse(action, *needed), (name, action, option)

@@ -106,6 +106,23 @@ def test_migrate_on_the_jobs_alias_with_the_router(make_database: Callable[[], s
     assert "awa_django" not in checked
 
 
+def test_an_unmigrated_jobs_alias_is_named_in_every_hint(make_database: Callable[[], str]) -> None:
+    """AWA['DATABASE'] = 'jobs' without the schema there: plain `migrate` never touches that alias,
+    so the commands' errors say what the check W003 says, `migrate --database jobs`, which fixes it."""
+    default_url, jobs_url = make_database(), make_database()
+    env = {"AWA_TEST_JOBS_DATABASE_URL": jobs_url, "AWA_TEST_AWA_DATABASE": "jobs"}
+    for command in (["awa_jobs", "list"], ["awa_queues", "stats"], ["awa_cron", "list"], ["awa_worker"]):
+        done = manage(default_url, *command, **env)
+        errors = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 1 and len(errors) == 1, (command, done.stderr)
+        assert errors[0].startswith("CommandError: the awa schema"), errors[0]
+        assert errors[0].endswith("; run `python manage.py migrate --database jobs`"), errors[0]
+    checked = ok(manage(default_url, "check", "--database", "jobs", **env))
+    assert "awa_django.W003" in checked and "Run `python manage.py migrate --database jobs`" in checked
+    ok(manage(default_url, "migrate", "--database", "jobs", **env))
+    assert ok(manage(default_url, "awa_jobs", "list", **env)) == "(none)\n"
+
+
 def test_zero_refuses_a_database_the_real_awa_migrated(make_database: Callable[[], str]) -> None:
     url = make_database()
     ok(manage(url, "migrate"))

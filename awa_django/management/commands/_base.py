@@ -1,19 +1,59 @@
-"""Shared bits of the awa management commands: awa errors become one-line ``CommandError``s.
+"""Shared bits of the awa management commands.
+
+* Django's common options (``-v``, ``--settings``, ``--traceback``, ...) work after a subcommand
+  too (``awa_jobs list -v 0``), as every other Django command accepts them anywhere.
+* awa errors become one-line ``CommandError``s; a missing schema names the ``migrate`` that
+  installs it on the awa alias.
 
 Tables and output lines come from ``awa_bridge.cli_core``, as for ``python -m awa_bridge``.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from awa_bridge.cli_support import describe_failure
+from awa_bridge.errors import MIGRATE_HINT
+
+from ...db import migrate_command
+
+# The dests of the options BaseCommand.create_parser adds to every command.
+_COMMON_OPTIONS = {
+    "version",
+    "verbosity",
+    "settings",
+    "pythonpath",
+    "traceback",
+    "no_color",
+    "force_color",
+    "skip_checks",
+}
 
 
 class AwaCommand(BaseCommand):
     """A command whose awa errors (validation, not found, invalid state, no schema) exit 1 with one line."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        """Each subcommand's parser also takes Django's common options.
+
+        argparse hands everything after ``ACTION`` to the subcommand's parser, which would
+        refuse ``--settings`` there. The copies default to ``SUPPRESS``, so a subparser sets
+        an option only when it is given after the subcommand, overriding the value before it.
+        """
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        common = [action for action in parser._actions if action.dest in _COMMON_OPTIONS]
+        for group in parser._actions:
+            if isinstance(group, argparse._SubParsersAction):
+                for subparser in group.choices.values():
+                    for action in common:
+                        option = copy.copy(action)
+                        option.default = argparse.SUPPRESS
+                        subparser._add_action(option)
+        return parser
 
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
@@ -26,4 +66,5 @@ class AwaCommand(BaseCommand):
             message = describe_failure(exc)
             if message is None:
                 raise
-            raise CommandError(message) from exc
+            # awa_bridge's hint names the plain `migrate`, which never touches a second alias.
+            raise CommandError(message.replace(MIGRATE_HINT, f"run `{migrate_command()}`")) from exc

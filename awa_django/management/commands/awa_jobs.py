@@ -13,10 +13,11 @@ import getpass
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from awa_bridge import admin, cli_core
 
-from ...db import awa_connection
+from ...db import awa_alias, awa_connection
 from ...models import STATE_CHOICES
 from ._base import AwaCommand
 
@@ -72,8 +73,14 @@ class Command(AwaCommand):
         else:
             if options["state"] or options["kind"] or options["queue"]:
                 raise CommandError("give job ids or a filter (--state, --kind, --queue), not both")
-            for job_id in options["job_ids"]:
-                cli_core.job_action(target, action, job_id, write, operator=_operator(options))
+            # All or nothing, as the docs say of an unknown id or a refused state: one transaction
+            # on the awa alias, and the lines are printed only once every job has been acted on.
+            done: list[str] = []
+            with transaction.atomic(using=awa_alias()):
+                for job_id in options["job_ids"]:
+                    cli_core.job_action(target, action, job_id, done.append, operator=_operator(options))
+            for line in done:
+                write(line)
 
     def _set(self, action: str, options: dict[str, Any]) -> None:
         if not (options["state"] or options["kind"] or options["queue"]):

@@ -45,6 +45,7 @@ class Command(AwaCommand):
             )
             return
         if action == "resume":
-            cli_core.resume_queue(awa_connection(), name, self.stdout.write)
+            configured = [q.name for q in get_settings().queues]
+            cli_core.resume_queue(awa_connection(), name, self.stdout.write, configured=configured)
             return
         cli_core.queue_stats(awa_connection(), self.stdout.write, name)
