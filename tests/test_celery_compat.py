@@ -295,7 +295,8 @@ async def test_a_task_that_exhausts_its_retries_fails_with_its_own_error(worker,
     assert isinstance(await get(result, propagate=False), services.GatewayTimeout)
     assert "GatewayTimeout" in result.traceback
     row = job_row(db_url, job_id)
-    assert row["attempt"] == 4 and row["errors"][-1]["type"] == "TerminalError"
+    assert row["attempt"] == 4 and row["errors"][-1]["type"] == "GatewayTimeout"
+    assert row["errors"][-1]["error"] == "gateway timed out charging order 8"
 
 
 async def test_plain_errors_fail_at_once_and_come_back_as_their_own_type(worker, shop: Celery, db_url: str) -> None:
@@ -305,6 +306,54 @@ async def test_plain_errors_fail_at_once_and_come_back_as_their_own_type(worker,
         await get(result)
     assert caught.value.order_id == 9 and caught.value.reason == "invalid amount"  # rebuilt from its args
     assert job_row(db_url, int(result.id))["attempt"] == 1
+
+
+async def test_a_failed_tasks_error_record_is_its_own_exception_as_a_plain_handlers_is(db_url: str) -> None:
+    """The job's error record (admin, CLI, SQL) names what the task raised, not the TerminalError
+    that fails the job at once: the same type, message and last traceback line as the record of
+    a plain awa handler raising the same error on its last attempt."""
+    import subprocess
+
+    from awa_bridge import insert_job_sync
+
+    app = Celery("records", set_as_current=False, database_url=db_url)
+
+    @app.task
+    def parse_amount(text: str) -> int:
+        raise ValueError(f"not an amount: {text!r}")
+
+    client = Client(db_url, **FAST)
+
+    @client.task("plain_parse_amount")
+    def plain_parse_amount(job: Any) -> None:
+        raise ValueError(f"not an amount: {job.args['text']!r}")
+
+    app.install(client)
+    result = parse_amount.delay("12,5")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        plain = insert_job_sync(conn, {"text": "12,5"}, kind="plain_parse_amount", max_attempts=1)
+    await client.start(["default"])
+    try:
+        with pytest.raises(ValueError, match="not an amount: '12,5'"):
+            await get(result)
+    finally:
+        await client.shutdown(timeout=2)
+        app.close()
+    await wait_until(lambda: job_state(db_url, plain.id) == "failed")
+    [task_error] = job_row(db_url, int(result.id))["errors"]
+    [plain_error] = job_row(db_url, plain.id)["errors"]
+    assert (task_error["type"], task_error["error"]) == ("ValueError", "not an amount: '12,5'")
+    assert (task_error["type"], task_error["error"]) == (plain_error["type"], plain_error["error"])
+    last_line = task_error["traceback"].rstrip().splitlines()[-1]
+    assert last_line == plain_error["traceback"].rstrip().splitlines()[-1] == "ValueError: not an amount: '12,5'"
+    assert "raise ValueError" in task_error["traceback"] and "TerminalError" not in task_error["traceback"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "awa_bridge", "jobs", "list", "--id", result.id, "--database-url", db_url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "ValueError: not an amount: '12,5'" in shown and "TerminalError" not in shown
 
 
 async def test_autoretry_for_uses_celerys_backoff_with_full_jitter(
@@ -593,6 +642,82 @@ async def test_enqueue_joins_the_callers_transaction(shop: Celery, db_url: str) 
     assert count_rows(db_url) == 3
 
 
+def test_what_is_not_a_connection_gets_insert_jobs_unsupported_connection(shop: Celery, db_url: str) -> None:
+    """A URL, any object, a sqlite3 connection: neither sync nor async, so no "use aapply_async" hint."""
+    import sqlite3
+
+    import awa_bridge
+
+    for conn in (db_url, object(), sqlite3.connect(":memory:")):
+        with pytest.raises(awa_bridge.UnsupportedConnection) as core:
+            awa_bridge.insert_job(conn, {"args": [1, 1], "kwargs": {}}, kind=tasks.add.name)
+        with pytest.raises(awa_bridge.UnsupportedConnection) as caught:
+            tasks.add.apply_async((1, 1), connection=conn)
+        assert str(caught.value) == str(core.value), conn
+        assert "aapply_async" not in str(caught.value) and "psycopg Connection" in str(caught.value)
+        with pytest.raises(awa_bridge.UnsupportedConnection) as caught:
+            asyncio.run(tasks.add.aapply_async((1, 1), connection=conn))
+        assert str(caught.value) == str(core.value), conn
+    assert count_rows(db_url) == 0
+
+
+async def test_only_async_connections_are_sent_to_aapply_async_and_back(shop: Celery, db_url: str) -> None:
+    """apply_async on asyncpg, psycopg's AsyncConnection and SQLAlchemy's AsyncConnection /
+    AsyncSession says to await aapply_async; aapply_async on a sync connection says to call
+    apply_async, before writing anything, and the caller's transaction goes on."""
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    from awa_bridge import UnsupportedConnection
+
+    engine = create_async_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    apg = await asyncpg.connect(db_url)
+    pg = await psycopg.AsyncConnection.connect(db_url)
+    try:
+        async with engine.connect() as sa_conn, AsyncSession(engine) as session:
+            for conn in (apg, pg, sa_conn, session):
+                with pytest.raises(UnsupportedConnection, match=r"async connection; use `await task\.aapply_async"):
+                    tasks.add.apply_async((1, 1), connection=conn)
+    finally:
+        await apg.close()
+        await pg.close()
+        await engine.dispose()
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        with pytest.raises(UnsupportedConnection, match=r"sync connection; use `task\.apply_async"):
+            await tasks.add.aapply_async((1, 1), connection=conn)
+        conn.execute("INSERT INTO app_orders (note) VALUES ('kept')")  # the transaction is usable
+    assert count_rows(db_url) == 0 and count_rows(db_url, "SELECT count(*) FROM app_orders") == 1
+
+
+def test_explicitly_empty_call_options_are_refused_not_replaced_by_defaults(shop: Celery, db_url: str) -> None:
+    """queue="" is refused as @app.task(queue="") and insert_job(queue="") are (it used to go to
+    "default"); using="" and link="" too (a provider read "" as its default alias; link="" as no
+    link). Nothing is written and the caller's transaction goes on."""
+    import awa_bridge
+
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        calls: list[Callable[[], Any]] = [
+            lambda: awa_bridge.insert_job(conn, {}, kind="k", queue=""),
+            lambda: tasks.add.apply_async((1, 1), queue="", connection=conn),
+            lambda: tasks.add.apply_async((1, 1), queue=""),
+            lambda: shop.send_task(tasks.add.name, (1, 1), queue=""),
+            lambda: tasks.add.s(1, 1).set(queue="").delay(),
+        ]
+        for call in calls:
+            with pytest.raises(ValidationError) as caught:
+                call()
+            assert caught.value.field == "queue" and "''" in str(caught.value)
+        with pytest.raises(ValidationError) as caught:
+            tasks.add.apply_async((1, 1), using="")
+        assert caught.value.field == "using"
+        with pytest.raises(TypeError, match="link: expected a signature, got ''"):
+            tasks.add.apply_async((1, 1), link="", connection=conn)
+        with pytest.raises(TypeError, match="link_error: expected a signature, got 0"):
+            tasks.add.apply_async((1, 1), link_error=0, connection=conn)
+        conn.execute("INSERT INTO app_orders (note) VALUES ('kept')")  # the transaction is usable
+    assert count_rows(db_url) == 0 and count_rows(db_url, "SELECT count(*) FROM app_orders") == 1
+    assert job_row(db_url, int(tasks.add.apply_async((1, 1), queue=None, link=[]).id))["queue"] == "default"
+
+
 def test_django_atomic_block_is_the_transaction(shop: Celery, db_url: str, django_setup: None) -> None:
     from django.db import transaction
 
@@ -609,6 +734,9 @@ def test_django_atomic_block_is_the_transaction(shop: Celery, db_url: str, djang
     assert job_state(db_url, int(job.id)) == "available" and count_rows(db_url) == 2
     tasks.add.delay(7, 8)  # outside atomic(): its own short transaction
     assert count_rows(db_url) == 3
+    with pytest.raises(ValidationError) as caught:  # Django's provider read "" as the default alias
+        tasks.add.apply_async((9, 9), using="")
+    assert caught.value.field == "using" and count_rows(db_url) == 3
 
 
 def test_a_chord_in_a_django_atomic_block_commits_or_rolls_back_whole(

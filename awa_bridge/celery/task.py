@@ -361,7 +361,7 @@ class Task:
         ``atomic()`` block if there is one, else it is committed at once.
         Async connections go through ``await aapply_async(...)``.
         """
-        from ..drivers import detect_sync
+        from ..drivers import is_async_connection
         from ..enqueue import insert_job_sync
         from ..errors import UnsupportedConnection
         from .transaction import current_connection
@@ -380,14 +380,12 @@ class Task:
         if conn is None:
             job = app.insert_own(prepared)
         else:
-            try:
-                detect_sync(conn)
-            except UnsupportedConnection:
-                raise TypeError(
+            if is_async_connection(conn):
+                raise UnsupportedConnection(
                     f"{self.name}.apply_async: {type(conn).__name__} is an async connection; "
                     "use `await task.aapply_async(..., connection=conn)`"
-                ) from None
-            job = insert_job_sync(conn, prepared)
+                )
+            job = insert_job_sync(conn, prepared)  # any other object: the core's UnsupportedConnection
         return app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
     async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult | EagerResult:
@@ -398,7 +396,9 @@ class Task:
         ``AsyncConnection`` or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession``."""
         import asyncio
 
+        from ..drivers import detect_sync, is_async_connection
         from ..enqueue import insert_job
+        from ..errors import UnsupportedConnection
 
         check_call_options(options, f"{self.name}.aapply_async")
         conn = options.pop("connection", None)
@@ -407,6 +407,12 @@ class Task:
         if options.pop("using", None) is not None:
             raise ValidationError("using", "give connection= or using=, not both")
         prepared = self.prepare(args, kwargs, **options)
+        if not is_async_connection(conn):
+            detect_sync(conn)  # an object the bridge does not know: the core's UnsupportedConnection
+            raise UnsupportedConnection(
+                f"{self.name}.aapply_async: {type(conn).__name__} is a sync connection; "
+                "use `task.apply_async(..., connection=conn)`"
+            )
         job = await insert_job(conn, prepared)
         return self.app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
@@ -429,7 +435,9 @@ class Task:
             run_at = moment(eta, "eta", now)
         celery_meta = call_meta(options, now, self.expires)
         route = app.route(self.name, args, kwargs, options, task=self)
-        queue = options.get("queue") or route.get("queue") or self.queue or app.conf.task_default_queue
+        queue = options.get("queue")  # given, even empty: checked as given, never replaced by a default
+        if queue is None:
+            queue = route.get("queue") or self.queue or app.conf.task_default_queue
         priority = options.get("priority")
         if priority is None:
             priority = route.get("priority", self.priority)
@@ -533,12 +541,18 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
             raise ValidationError("task_id", f"must be 1 to 200 characters and not all digits, got {task_id!r}")
         meta["id"] = task_id
     for key in ("link", "link_error"):
-        if options.get(key):
-            from .canvas import maybe_signature
+        value = options.get(key)
+        if value is None:
+            continue
+        from .canvas import maybe_signature
 
-            value = options[key]
-            items = value if isinstance(value, (list, tuple)) else [value]
-            meta[key] = [maybe_signature(v).to_dict() for v in items]
+        items = value if isinstance(value, (list, tuple)) else [value]
+        try:
+            signatures = [maybe_signature(v) for v in items]  # link="" is refused, not taken for "no link"
+        except TypeError as exc:
+            raise TypeError(f"{key}: {exc}") from None
+        if signatures:
+            meta[key] = [sig.to_dict() for sig in signatures]
     if options.get("chain"):
         meta["chain"] = [v if type(v) is dict else v.to_dict() for v in options["chain"]]
     for key in ("chord", "group_id", "group_index", "parent_id", "root_id", "chord_error", "chord_error_from"):

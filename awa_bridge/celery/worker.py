@@ -13,7 +13,8 @@ raises ``Retry`` (``self.retry``,   ``RetryAfter(countdown)``: retryable; the
                                     metadata ``celery.retries``
 raises anything else                failed at once (Celery does not retry plain
                                     errors); its class and message are kept in
-                                    metadata ``celery.exc`` for ``AsyncResult``;
+                                    metadata ``celery.exc`` for ``AsyncResult``
+                                    and in the job's error record (``TaskFailed``);
                                     errbacks and the chord are told
 runs past its hard ``time_limit``   failed with ``TimeLimitExceeded``, never retried
                                     (the attempt ends then, stuck or not: see
@@ -285,7 +286,36 @@ def _fail(task: Task, job: Any, request: Context, meta: dict[str, Any], exc: Bas
     _hook(task.after_return, states.FAILURE, exc, request.id, request.args, request.kwargs, einfo)
     if not isinstance(exc, TimeLimitExceeded):  # Celery's on_timeout sends no task_postrun: the run never returned
         _postrun(task, request, exc, states.FAILURE)
-    raise TerminalError(f"{type(exc).__name__}: {exc}") from exc
+    failure = _failure_class(type(exc))(str(exc))
+    failure.task_exc = exc
+    if getattr(exc, "__notes__", None):  # a prefork child's traceback, for one
+        failure.__notes__ = list(exc.__notes__)
+    raise failure.with_traceback(exc.__traceback__) from exc.__cause__
+
+
+class TaskFailed(TerminalError):
+    """A task's own exception, failing its job at once (Celery does not retry plain errors).
+
+    The worker records a ``TerminalError`` by its class name, message and traceback. A
+    subclass per exception class (``_failure_class``), named like it, makes the job's
+    error record read as the task's exception (``ValueError``, its message, where it was
+    raised), as a plain handler's failure does: that is what the admin, the CLI and SQL
+    show. ``task_exc`` is the exception itself (eager mode's result).
+    """
+
+    task_exc: BaseException
+
+
+#: exception class -> its TaskFailed subclass: one per class a task raised, made once.
+_FAILURE_CLASSES: dict[type[BaseException], type[TaskFailed]] = {}
+
+
+def _failure_class(cls: type[BaseException]) -> type[TaskFailed]:
+    failure = _FAILURE_CLASSES.get(cls)
+    if failure is None:
+        attrs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        failure = _FAILURE_CLASSES[cls] = type(cls.__name__, (TaskFailed,), attrs)
+    return failure
 
 
 def _tell_canvas(task: Task, request: Context, meta: dict[str, Any], exc: BaseException, einfo: ExceptionInfo) -> None:
@@ -508,15 +538,15 @@ class EagerJob:
 def run_eagerly(task: Task, payload: dict[str, Any], task_id: str, retries: int, meta: dict[str, Any]) -> EagerResult:
     """Run attempts of ``task`` here until an outcome is final; return it as an ``EagerResult``.
 
-    A failure's ``EagerResult`` holds the task's own exception (``__cause__``
-    of the ``TerminalError``), as Celery's does.
+    A failure's ``EagerResult`` holds the task's own exception (``task_exc``
+    of the ``TaskFailed``), as Celery's does.
     """
     job = EagerJob(task, task_id, payload, retries, meta)
     for _ in range(2 * MAX_ATTEMPTS):
         try:
             outcome = run_job(task, job)
         except TerminalError as exc:
-            cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+            cause = exc.task_exc if isinstance(exc, TaskFailed) else exc
             text = "".join(tb.format_exception(type(cause), cause, cause.__traceback__))
             return EagerResult(task_id, cause, states.FAILURE, traceback=text, name=task.name)
         except (RetryAfter, Snooze, Cancel) as raised:
