@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from .errors import UnsupportedOption
+from .options import check_call_options
 from .result import AsyncResult, EagerResult, GroupResult
 from .serialization import decode, encode
 
@@ -221,6 +222,24 @@ class Signature(dict[str, Any]):
         args, kwargs, options = self._merge(args, kwargs, options)
         return self.type.apply(args, kwargs, task_id=options.get("task_id"))
 
+    def _check(
+        self, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None, later: bool = False
+    ) -> None:
+        """Raise what ``apply_async(args, kwargs, **options)`` would raise, writing nothing.
+
+        A canvas calls it for every job it writes, now or later (``later``: by the worker,
+        when the step before completes, with its value as the one argument added; ``None``
+        stands for it, and ``task_routes`` is not asked, see ``Task.prepare``). So a bad
+        option of any step is refused at the call that starts the canvas, before anything is
+        written, not in the worker, where the refusal would fail the step before. The checks
+        are the direct call's own (``Task.apply_async``).
+        """
+        args, kwargs, merged = self._merge((None,) if later else args, kwargs, options)
+        task = self.type
+        check_call_options(merged, f"{task.name}.apply_async")
+        fields = {k: v for k, v in merged.items() if k not in ("connection", "using")}
+        task.prepare(args, kwargs, routed=not later, **fields)
+
     # -- storage ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -395,14 +414,10 @@ class chain(Signature):
         steps = self._steps()
         if not steps:
             return None
+        self._check(args, kwargs, options)  # every step, before anything is written
         options = {**self.options, **options}
         chord_slot = options.pop("chord", None)
         if chord_slot is not None:
-            if isinstance(steps[-1], group):  # refused before anything is written
-                raise UnsupportedOption(
-                    "chord",
-                    "a chain ending in a group inside a chord's header is not supported on awa; end it with a task",
-                )
             steps[-1] = steps[-1].clone(chord=chord_slot)
         # Freeze every step first, so each has its id and the results link up as parents.
         results: list[Any] = []
@@ -413,6 +428,26 @@ class chain(Signature):
             options["chain"] = [s.to_dict() for s in rest]
         first.apply_async(args, kwargs, **options)
         return results[-1]
+
+    def _check(
+        self, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None, later: bool = False
+    ) -> None:
+        """Check every step as ``apply_async`` writes it (see ``Signature._check``): the first with
+        the chain's arguments and options, the others later, by the worker, each with the value
+        of the step before (and the last in the chord slot of the header this chain is in)."""
+        steps = self._steps()
+        options = {**self.options, **(options or {})}
+        chord_slot = options.pop("chord", None)
+        if chord_slot is not None and steps and isinstance(steps[-1], group):
+            raise UnsupportedOption(
+                "chord", "a chain ending in a group inside a chord's header is not supported on awa; end it with a task"
+            )
+        for index, step in enumerate(steps):
+            first = index == 0
+            step_options = dict(options) if first else {}
+            if chord_slot is not None and index == len(steps) - 1:
+                step_options["chord"] = chord_slot
+            step._check(args if first else None, kwargs if first else None, step_options, later or not first)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         """Eagerly, as Celery: each step runs with the previous value (a failed step raises here)."""
@@ -507,6 +542,7 @@ class group(Signature):
         app = self.app
         if app.conf.task_always_eager:
             return self.apply(args, kwargs, **options)
+        self._check(args, kwargs, options)  # every member, before the first is written
         options = {**self.options, **options}
         options.pop("chain", None)  # a group is never followed in a chain: it became a chord
         group_id = options.pop("task_id", None) or str(uuid.uuid4())
@@ -517,6 +553,14 @@ class group(Signature):
                 place = {} if isinstance(member, chord) else {"group_id": group_id, "group_index": index}
                 results.append(member.apply_async(args, kwargs, **place, **options))
         return GroupResult(group_id, results, app=app)
+
+    def _check(
+        self, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None, later: bool = False
+    ) -> None:
+        """Check every member as ``apply_async`` writes it (see ``Signature._check``)."""
+        options = {k: v for k, v in {**self.options, **(options or {})}.items() if k not in ("chain", "task_id")}
+        for member in self._members():
+            member._check(args, kwargs, options, later)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         group_id = options.get("task_id") or self.options.get("task_id") or str(uuid.uuid4())
@@ -607,16 +651,8 @@ class chord(Signature):
             app = self.app
         if app.conf.task_always_eager:
             return self.apply(args, kwargs, **options)
-        callback = self._need_body().clone()
-        options = {**self.options, **options}
-        # Inside another chord's header (or at the end of a chain that is): the callback reports to it.
-        slot = options.pop("chord", None)
-        if slot is not None:
-            callback.options["chord"] = slot
-        for key in ("chain", "link", "link_error"):
-            if key in options:
-                callback.options.setdefault(key, [])
-                callback.options[key] = [*callback.options[key], *options.pop(key)]
+        self._check(args, kwargs, options)  # the callback and every member, before anything is written
+        callback, options = self._callback(options)
         result = callback.freeze()
         group_id = options.pop("group_id", None) or str(uuid.uuid4())
         options.pop("task_id", None)
@@ -633,6 +669,31 @@ class chord(Signature):
                 member_results.append(member.apply_async(args, kwargs, **place, **options))
         result.parent = GroupResult(group_id, member_results, app=app)
         return result
+
+    def _callback(self, options: Mapping[str, Any]) -> tuple[Signature, dict[str, Any]]:
+        """The callback as the last member's completion enqueues it (it takes the chord's place in
+        a chain or an outer chord's header, and its links), and the options left for the members."""
+        callback = self._need_body().clone()
+        options = {**self.options, **options}
+        # Inside another chord's header (or at the end of a chain that is): the callback reports to it.
+        slot = options.pop("chord", None)
+        if slot is not None:
+            callback.options["chord"] = slot
+        for key in ("chain", "link", "link_error"):
+            if key in options:
+                callback.options[key] = [*callback.options.get(key, []), *options.pop(key)]
+        return callback, options
+
+    def _check(
+        self, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None, later: bool = False
+    ) -> None:
+        """Check the callback (enqueued later with the header's values) and every member, each
+        in its slot of this chord, as ``apply_async`` writes them (see ``Signature._check``)."""
+        callback, options = self._callback(options or {})
+        callback._check(later=True)
+        options = {k: v for k, v in options.items() if k not in ("group_id", "task_id")}
+        for index, member in enumerate(self._members()):
+            member._check(args, kwargs, {**options, "chord": {"id": "", "index": index}}, later)
 
     def apply(self, args: Any = None, kwargs: Any = None, propagate: bool = True, **options: Any) -> Any:
         """Eagerly, as Celery: the header runs, then the body with its values (a failed member raises here)."""
@@ -704,6 +765,11 @@ class chunks(Signature):
 
     def apply_async(self, args: Any = None, kwargs: Any = None, route_name: Any = None, **options: Any) -> Any:
         return self.group().apply_async(**options)
+
+    def _check(
+        self, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None, later: bool = False
+    ) -> None:
+        self.group()._check(None, None, options, later)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         return self.group().apply(**options)

@@ -416,8 +416,12 @@ class Task:
         job = await insert_job(conn, prepared)
         return self.app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
 
-    def prepare(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        """The validated ``PreparedJob`` of a call (arguments checked here, as JSON)."""
+    def prepare(self, args: Any = None, kwargs: Any = None, *, routed: bool = True, **options: Any) -> Any:
+        """The validated ``PreparedJob`` of a call (arguments checked here, as JSON).
+
+        ``routed=False`` leaves ``task_routes`` out: a canvas checks a later step before the
+        value it will receive exists, and a router function must only see real arguments (the
+        routes it returns are checked when the step is written)."""
         from ..enqueue import prepare_job
 
         app = self.app
@@ -434,7 +438,7 @@ class Task:
         elif eta is not None:
             run_at = moment(eta, "eta", now)
         celery_meta = call_meta(options, now, self.expires)
-        route = app.route(self.name, args, kwargs, options, task=self)
+        route = app.route(self.name, args, kwargs, options, task=self) if routed else {}
         queue = options.get("queue")  # given, even empty: checked as given, never replaced by a default
         if queue is None:
             queue = route.get("queue") or self.queue or app.conf.task_default_queue
@@ -551,6 +555,9 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
             signatures = [maybe_signature(v) for v in items]  # link="" is refused, not taken for "no link"
         except TypeError as exc:
             raise TypeError(f"{key}: {exc}") from None
+        for sig in signatures:  # enqueued by the worker later, with one value: refused now if it would be then
+            if key == "link" or not _inline_errback(sig):
+                sig._check(later=True)
         if signatures:
             meta[key] = [sig.to_dict() for sig in signatures]
     if options.get("chain"):
@@ -562,6 +569,13 @@ def call_meta(options: Mapping[str, Any], now: datetime, default_expires: Any) -
         if options.get(key) is not None:
             meta[key] = seconds(options[key], key)
     return meta
+
+
+def _inline_errback(sig: Any) -> bool:
+    """An errback the worker calls inline with ``(request, exc, traceback)``: never enqueued."""
+    from .worker import _takes_request
+
+    return _takes_request(sig.type)
 
 
 # -- building tasks from functions -------------------------------------------------------

@@ -219,14 +219,24 @@ def _continue(task: Task, conn: Any, request: Context, meta: dict[str, Any], val
     app = task.app
     extra = {"connection": conn} if conn is not None else {}
     parent = {"parent_id": request.id, "root_id": meta.get("root_id") or request.id}
-    for link in meta.get("link") or ():
-        from_dict(link, app).apply_async((value,), **extra, **parent)
-    chain = meta.get("chain") or ()
-    if chain:
-        rest = {"chain": list(chain[1:])} if len(chain) > 1 else {}
-        from_dict(chain[0], app).apply_async((value,), **extra, **parent, **rest)
-    if meta.get("chord"):
-        _chord_member_done(app, conn, meta["chord"], encoded)
+    try:
+        for link in meta.get("link") or ():
+            from_dict(link, app).apply_async((value,), **extra, **parent)
+        chain = meta.get("chain") or ()
+        if chain:
+            rest = {"chain": list(chain[1:])} if len(chain) > 1 else {}
+            from_dict(chain[0], app).apply_async((value,), **extra, **parent, **rest)
+        if meta.get("chord"):
+            _chord_member_done(app, conn, meta["chord"], encoded)
+    except (ValidationError, TypeError) as exc:
+        # Refused (the call started the canvas checked it, but this process may route or
+        # define the task differently): every retry would run the task again to be refused
+        # again, so this step fails once, saying why, and the canvas is told as for a failure.
+        refused = _failure_class(type(exc))(
+            f"{task.name}[{request.id}] returned, but what follows it could not be enqueued: {exc}"
+        )
+        _guarded(_tell_canvas, task, request, meta, refused, ExceptionInfo(refused))
+        raise refused from exc
 
 
 def _chord_member_done(app: Any, conn: Any, slot: dict[str, Any], encoded: Any) -> None:
