@@ -98,7 +98,7 @@ def _unknown(keys: Any, known: tuple[str, ...], *path: str) -> None:
     for key in keys:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close else "."
             raise InvalidAwaSetting(_key(*path, str(key)), f"unknown setting{hint} Known: {', '.join(known)}")
 
 

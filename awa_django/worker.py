@@ -112,6 +112,30 @@ def build_client(settings: AwaSettings | None = None) -> Client:
     return client
 
 
+def check_worker(client: Client, queues: Iterable[QueueConfig]) -> None:
+    """Refuse, before ``awa_worker`` prints or starts anything, what the runtime would refuse at start.
+
+    The runtime's own check of a process queue blames "not a module-level function"; here
+    the real reason is that every handler of this worker is wrapped in Django's connection
+    handling to run in a worker thread, so none can be imported by name in a child process.
+    The rest (``global_max_workers`` against the queues' ``min_workers``) is ``Client.check``'s.
+    """
+    from awa_bridge import ValidationError
+
+    queues = list(queues)
+    process = {q.name for q in queues if q.executor == "process"}
+    for handler in client.registry.handlers.values():
+        # Async and transactional handlers never go to a child process (as in the runtime's check).
+        if handler.queue in process and not (handler.is_async or handler.transactional):
+            raise ValidationError(
+                f"queues[{handler.queue}].executor",
+                f"'process' cannot run {handler.kind!r}: awa_worker runs its tasks in worker threads with "
+                "Django's connection handling, not in child processes (executor='process' is for "
+                "module-level handlers of an awa_bridge Client)",
+            )
+    client.check(queues)
+
+
 def parse_queue_overrides(specs: Iterable[str], settings: AwaSettings | None = None) -> tuple[QueueConfig, ...]:
     """``--queue NAME[:N][:key=value,...]`` values: the settings' options for NAME, overridden by those given."""
     import dataclasses

@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 import awa_bridge
-from awa_bridge.worker import Cancel, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
+from awa_bridge.worker import Cancel, Client, RetryAfter, Snooze, TerminalError, WorkerConfig, backoff_seconds
 from awa_bridge.worker.config import QueueConfig
 from awa_bridge.worker.context import JobContext
 from awa_bridge.worker.runtime import CANCEL_GRACE, POOL_CLOSE_TIMEOUT
@@ -621,6 +621,23 @@ except awa_bridge.ValidationError as exc:
 else:
     print("accepted")
 """
+
+
+def module_level_resize(job: Any) -> None:
+    """A sync handler a child process can import by name."""
+
+
+def test_client_check_refuses_what_start_would_before_connecting() -> None:
+    """``Client.check`` opens nothing (the URL reaches no server) and refuses what ``start`` would."""
+    client = Client("postgresql://nobody@127.0.0.1:1/none", global_max_workers=3)
+    client.task("resize", queue="images")(lambda job: None)
+    with pytest.raises(awa_bridge.ValidationError, match=r"^queues\[images\]\.executor: 'process' runs handlers"):
+        client.check(["images:2:executor=process"])
+    with pytest.raises(awa_bridge.ValidationError, match=r"^global_max_workers: is 3, less than the queues'"):
+        client.check(["images:4:min_workers=2", "email:4:min_workers=2"])
+    fine = Client("postgresql://nobody@127.0.0.1:1/none")
+    fine.task("resize", queue="images")(module_level_resize)
+    assert [q.name for q in fine.check(["images:2:executor=process", "email"])] == ["images", "email"]
 
 
 def test_uvloop_asked_for_but_not_installed_is_refused_naming_the_setting_and_the_extra() -> None:

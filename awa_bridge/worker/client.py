@@ -26,7 +26,7 @@ from ..errors import ValidationError
 from ..migrations import migrate
 from ..types import InsertManyResult, Job
 from .aio import loop_factory, run_to_the_end
-from .config import QueueConfig, WorkerConfig
+from .config import QueueConfig, WorkerConfig, check_setup
 from .hooks import Hooks
 from .registry import Registry
 from .runtime import Runtime
@@ -148,6 +148,14 @@ class Client:
             raise ValueError("give at least one queue")
         return configs
 
+    def check(self, queues: Iterable[QueueSpec] | None = None) -> list[QueueConfig]:
+        """The queues ``start`` would run, after refusing (``ValidationError``) a setup it would refuse:
+        min_workers above global_max_workers, a process executor for a handler a child cannot import.
+        It opens nothing, so a command can check before it prints a banner."""
+        configs = self.queue_configs(queues)
+        check_setup(self.registry.handlers.values(), configs, self.config)
+        return configs
+
     async def start(self, queues: Iterable[QueueSpec] | None = None) -> None:
         """Start claiming on ``queues`` (default: the queues of the registered handlers)."""
         if self.runtime is not None and self.runtime.started:
@@ -175,7 +183,11 @@ class Client:
                 removed = await prune_schedules(db.conn, self.schedules, owner=owner)
         finally:
             await db.close()
-        log.info("periodic jobs declared: %s (%d new or changed)", ", ".join(sorted(self.schedules)), len(changed))
+        if self.schedules:
+            names = ", ".join(sorted(self.schedules))
+            log.info("periodic jobs declared: %s (%d new or changed)", names, len(changed))
+        else:
+            log.info("no periodic jobs declared")
         if removed:
             log.info("periodic jobs no longer declared, deleted: %s", ", ".join(removed))
 

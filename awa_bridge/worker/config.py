@@ -7,12 +7,16 @@ configured, never halfway through a run.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from ..validation import as_seconds, check_count, check_name
 from .aio import loop_factory
+
+if TYPE_CHECKING:
+    from .registry import Handler
 
 DEFAULT_MAX_WORKERS = 10
 DEFAULT_DEADLINE_SECONDS = 300.0
@@ -224,3 +228,37 @@ class WorkerConfig:
             raise ValidationError("event_loop", f"must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         if self.event_loop == "uvloop" and loop_factory("uvloop") is None:
             raise ValidationError("event_loop", "is 'uvloop' but uvloop is not installed (pip install uvloop)")
+
+
+def check_setup(handlers: Iterable[Handler], queues: Sequence[QueueConfig], config: WorkerConfig) -> None:
+    """What a worker with these handlers, queues and settings cannot run, refused before it connects.
+
+    ``Client.start`` (through the runtime) and ``Client.check`` both call it, so a command can
+    refuse a bad setup before it prints or opens anything.
+    """
+    import pickle
+
+    if not queues:
+        raise ValueError("a worker needs at least one queue")
+    floors = sum(q.min_workers for q in queues)
+    if config.global_max_workers is not None and floors > config.global_max_workers:
+        raise ValidationError(
+            "global_max_workers",
+            f"is {config.global_max_workers}, less than the queues' min_workers together ({floors})",
+        )
+    by_name = {q.name: q for q in queues}
+    for handler in handlers:
+        # A handler the process executor runs must be importable by name in a child.
+        queue = by_name.get(handler.queue)
+        on_queue = queue is not None and queue.executor == "process" and handler.executor is None
+        if handler.is_async or handler.transactional or not (on_queue or handler.executor == "process"):
+            continue
+        try:
+            pickle.dumps(handler.fn)
+        except Exception:
+            field_name = "executor" if handler.executor == "process" else f"queues[{handler.queue}].executor"
+            raise ValidationError(
+                field_name,
+                f"'process' runs handlers in child processes, which import them by name: the handler of "
+                f"{handler.kind!r} is not a module-level function",
+            ) from None

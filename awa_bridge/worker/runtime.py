@@ -37,14 +37,13 @@ from typing import Any
 
 from ..drivers.connect import create_pool
 from ..enqueue import decode_json_texts
-from ..errors import ValidationError
 from ..foreign import WORKER_REFUSAL, check_async
 from ..migrations import require_schema_async
 from ..sql import QUERIES
 from .aio import sleep_unless, task_starter
 from .attempt import AttemptWrites
 from .completer import Completer
-from .config import QueueConfig, WorkerConfig
+from .config import QueueConfig, WorkerConfig, check_setup
 from .context import JobContext
 from .executor import ClaimDeadline, Executor, run_attempt
 from .heartbeat import HeartbeatThread
@@ -81,19 +80,12 @@ class Runtime:
         config: WorkerConfig,
         hooks: Hooks,
     ) -> None:
-        if not queues:
-            raise ValueError("a worker needs at least one queue")
+        check_setup(registry.handlers.values(), queues, config)
         self.database_url = database_url
         self.registry = registry
         self.config = config
         self.hooks = hooks
         self.queues = {q.name: QueueState(q) for q in queues}
-        floors = sum(q.min_workers for q in queues)
-        if config.global_max_workers is not None and floors > config.global_max_workers:
-            raise ValidationError(
-                "global_max_workers",
-                f"is {config.global_max_workers}, less than the queues' min_workers together ({floors})",
-            )
         self.held = HeldAttempts()
         self.stopping = asyncio.Event()
         self.instance_id = uuid.uuid4()
@@ -106,25 +98,6 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def _check_process_handlers(self) -> None:
-        """A handler the process executor runs must be importable by name in a child: say so at start."""
-        import pickle
-
-        for handler in self.registry.handlers.values():
-            state = self.queues.get(handler.queue)
-            on_queue = state is not None and state.config.executor == "process" and handler.executor is None
-            if handler.is_async or handler.transactional or not (on_queue or handler.executor == "process"):
-                continue
-            try:
-                pickle.dumps(handler.fn)
-            except Exception:
-                field_name = "executor" if handler.executor == "process" else f"queues[{handler.queue}].executor"
-                raise ValidationError(
-                    field_name,
-                    f"'process' runs handlers in child processes, which import them by name: the handler of "
-                    f"{handler.kind!r} is not a module-level function",
-                ) from None
-
     async def open(self) -> None:
         """Open the runtime's pool and check the database on it, before anything else runs.
 
@@ -135,7 +108,6 @@ class Runtime:
         """
         if hasattr(self, "pool"):
             return
-        self._check_process_handlers()
         self.loop = asyncio.get_running_loop()
         # Two claims in flight per queue, the completer, a progress flush or two; what one busy
         # queue needs is opened at start (concurrently), not one by one in the middle of its first

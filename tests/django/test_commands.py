@@ -118,6 +118,44 @@ def test_awa_worker_help_explains_itself() -> None:
         assert words in out
 
 
+@pytest.mark.parametrize(
+    ("queue", "settings_lines", "error"),
+    [
+        (
+            "email:5:executor=process",
+            [],
+            "CommandError: queues[email].executor: 'process' cannot run 'tests.django.testapp.tasks."
+            "send_confirmation': awa_worker runs its tasks in worker threads",
+        ),
+        (
+            "email:2:min_workers=2",
+            ["AWA = {**AWA, 'WORKER': {**AWA['WORKER'], 'global_max_workers': 1}}  # noqa: F405"],
+            "CommandError: global_max_workers: is 1, less than the queues' min_workers together (2)",
+        ),
+    ],
+    ids=["process-executor", "min-workers-floor"],
+)
+def test_awa_worker_refuses_a_queue_it_cannot_run_before_printing_anything(
+    awa: None, tmp_path: Path, queue: str, settings_lines: list[str], error: str
+) -> None:
+    """It printed its "awa worker on database ..." banner, then refused; and a process queue was refused
+    as "not a module-level function" when the handler is one: the reason is that it runs in a thread."""
+    (tmp_path / "worker_settings.py").write_text(
+        "\n".join(["from tests.django.project.settings import *  # noqa: F403", *settings_lines]) + "\n"
+    )
+    done = manage_done("awa_worker", "--queue", queue, settings="worker_settings", pythonpath=tmp_path)
+    assert (done.returncode, done.stdout) == (1, ""), done
+    assert done.stderr.startswith(error) and "not a module-level function" not in done.stderr, done.stderr
+
+
+def test_awa_jobs_help_names_every_state_an_action_accepts() -> None:
+    """``retry --help`` said "failed, cancelled or retryable"; a waiting_external job is retried too."""
+    done = manage_done("awa_jobs", "retry", "--help")
+    assert done.returncode == 0, done
+    text = " ".join(done.stdout.split())  # argparse wraps the description
+    assert "make a failed, cancelled, retryable or waiting_external job available now" in text, text
+
+
 def test_awa_jobs_list_show_retry_cancel_run_now_delete(awa: None) -> None:
     failing = tasks.always_fails.using(max_attempts=1).enqueue("nope")
     with connection.cursor() as cursor:  # a job that failed, as the worker would leave it
@@ -164,6 +202,17 @@ def test_awa_queues_stats_pause_resume(awa: None) -> None:
     assert run("awa_queues", "resume", "email") == "queue email was not paused; nothing to do\n"
 
 
+def test_awa_queues_stats_lists_every_configured_queue_and_refuses_an_unknown_name(awa: None) -> None:
+    """A queue of AWA['QUEUES'] with no job yet was left out of the table, and ``stats NAME`` of a typo
+    printed a row of zeros with exit 0, as for an idle queue."""
+    rows = [line.split() for line in run("awa_queues", "stats").splitlines()[1:]]
+    assert rows == [[name, "no", *["0"] * 7, "-"] for name in ("default", "email")]
+    assert run("awa_queues", "stats", "email").splitlines()[1].split()[0] == "email"  # configured: known
+    done = manage_done("awa_queues", "stats", "emial")
+    assert (done.returncode, done.stdout) == (1, ""), done
+    assert "CommandError: unknown queue 'emial': no job, pause or worker has used it" in done.stderr
+
+
 def test_awa_jobs_on_several_ids_is_all_or_nothing(awa: None) -> None:
     """``retry 6 999`` retried 6, then stopped at 999; ``retry 999 6`` left 6 alone: the result
     depended on the order. Now an unknown id or a refused state changes none of them."""
@@ -197,7 +246,8 @@ def test_awa_cron_list_trigger_pause_resume(awa: None) -> None:
 
 def test_manage_py_and_the_cli_draw_the_same_queue_and_schedule_tables(awa: None) -> None:
     """One table per listing, drawn by awa_bridge.cli_core: ``manage.py awa_queues stats`` prints what
-    ``python -m awa_bridge queues stats`` prints, ``manage.py awa_cron list`` what ``... cron list`` does."""
+    ``python -m awa_bridge queues stats`` prints (and the AWA['QUEUES'] queues with no job yet, in
+    zeros), ``manage.py awa_cron list`` what ``... cron list`` does."""
     from datetime import UTC, datetime, timedelta
 
     from awa_bridge import admin, cron
@@ -223,11 +273,14 @@ def test_manage_py_and_the_cli_draw_the_same_queue_and_schedule_tables(awa: None
             timeout=60,
         )
         assert (django_out.returncode, cli_out.returncode) == (0, 0), django_out.stderr + cli_out.stderr
-        assert django_out.stdout == cli_out.stdout
-        tables.append(cli_out.stdout.splitlines())
-    queues, schedules = tables
+        tables.append((cli_out.stdout.splitlines(), django_out.stdout))
+    (queues, django_queues), (schedules, django_schedules) = tables
+    assert django_schedules == "\n".join(schedules) + "\n"
     assert queues[0].split()[:3] == ["queue", "paused", "available"]
     assert [line.split()[:5] for line in queues[1:]] == [["email", "yes", "0", "0", "1"]]
+    # The configured "default" has no job: only manage.py lists it (the CLI knows no settings).
+    unused = ["default", "no", *["0"] * 7, "-"]
+    assert [line.split() for line in django_queues.splitlines()] == [queues[0].split(), unused, queues[1].split()]
     assert schedules[0].split()[:3] == ["name", "source", "cron_expr"]
     assert "nightly_digest" in schedules[1] and "yes (by ops)" in schedules[1]
 

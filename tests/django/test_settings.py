@@ -38,7 +38,7 @@ pytestmark = pytest.mark.django
         ),
         ({"WORKER": {"claim_batch": 0}}, "AWA['WORKER']['claim_batch']", "0"),
         ({"RETENTION": {"completed": 0}}, "AWA['RETENTION']['completed']", "positive"),
-        ({"RETENTION": {"done": 5}}, "AWA['RETENTION']['done']", "unknown setting"),
+        ({"RETENTION": {"done": 5}}, "AWA['RETENTION']['done']", "unknown setting. Known: completed"),
         ({"PERIODIC": {"p": {"kind": "k"}}}, "AWA['PERIODIC']['p']['cron']", "required"),
         ({"PERIODIC": {"p": {"cron": "* * *", "kind": "k"}}}, "AWA['PERIODIC']['p']['cron']", "expected 5 fields"),
         (

@@ -39,9 +39,9 @@ class Command(AwaCommand):
         show = actions.add_parser("show", help="one job in full: args, metadata, progress, error history")
         show.add_argument("job_id", type=int, metavar="ID")
         for name, text in (
-            ("retry", "make a failed, cancelled or retryable job available now, attempts reset"),
+            ("retry", f"make a {_either(admin.RETRYABLE_STATES)} job available now, attempts reset"),
             ("cancel", "cancel a job that has not finished (a running handler sees job.cancelled)"),
-            ("run-now", "make a scheduled or retryable job available now"),
+            ("run-now", f"make a {_either(admin.RUN_NOW_STATES)} job available now"),
             ("delete", "delete a job in any state but running"),
         ):
             sub = actions.add_parser(
@@ -99,6 +99,12 @@ class Command(AwaCommand):
             operator=_operator(options),
         )
         self.stdout.write(result.summary())
+
+
+def _either(states: tuple[str, ...]) -> str:
+    """``"failed, cancelled or retryable"``: the states an action accepts, from awa_bridge.admin's
+    rules, so the help says what the action does (it once left out waiting_external)."""
+    return f"{', '.join(states[:-1])} or {states[-1]}"
 
 
 def _operator(options: dict[str, Any]) -> str:

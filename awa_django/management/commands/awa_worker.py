@@ -11,7 +11,7 @@ from awa_bridge import ValidationError
 from awa_bridge.cli_support import LOG_FORMATS, LOG_LEVELS, configure_logging
 
 from ...conf import get_settings
-from ...worker import build_client, parse_queue_overrides
+from ...worker import build_client, check_worker, parse_queue_overrides
 from ._base import AwaCommand
 
 
@@ -79,6 +79,7 @@ class Command(AwaCommand):
             raise CommandError(f"--drain-timeout: {exc.message}") from None
         self._logging(options["verbosity"], options["log_level"], options["log_format"])
         client = build_client(dataclasses.replace(settings, worker=config))
+        check_worker(client, queues)  # its errors exit 1 before the banner below
         kinds = ", ".join(sorted(client.registry.handlers)) or "none yet (resolved by dotted path)"
         described = ", ".join(f"{q.name} ({q.max_workers})" for q in queues)
         if options["verbosity"] >= 1:
