@@ -128,12 +128,12 @@ def pause_queue(
 ) -> None:
     """Pause a queue; a name nothing knows (no job, pause, worker, nor ``configured``) needs ``create``."""
     if not create:
-        _refuse_unknown_queue(target, name, configured, "; add --create to pause it before first use")
+        refuse_unknown_queue(target, name, configured, "; add --create to pause it before first use")
     admin.pause_queue(target, name, paused_by=paused_by)
     write(f"queue {name} paused: workers stop claiming within one poll interval; running jobs finish")
 
 
-def _refuse_unknown_queue(target: Any, name: str, configured: Iterable[str], hint: str = "") -> None:
+def refuse_unknown_queue(target: Any, name: str, configured: Iterable[str], hint: str = "") -> None:
     """``UsageError`` for a name no job, pause, worker nor ``configured`` has used: a typo, most likely."""
     known = set(configured)
     if name not in known and not admin.queue_known(target, name):
@@ -148,10 +148,18 @@ QUEUE_STATS_COLUMNS = ["queue", "paused", "available", "running", "scheduled", "
 QUEUE_STATS_COLUMNS += ["failed", "completed_last_hour", "lag_seconds"]
 
 
-def queue_stats(target: Any, write: Write, name: str | None = None) -> None:
-    """One row per queue (or only ``name``): live jobs by state, failures, last hour's completions, lag."""
-    stats = admin.queue_stats(target, name)
-    print_table([{c: getattr(s, c) for c in QUEUE_STATS_COLUMNS} for s in stats], QUEUE_STATS_COLUMNS, write)
+def queue_stats(target: Any, write: Write, name: str | None = None, *, configured: Iterable[str] = ()) -> None:
+    """One row per queue (or only ``name``): live jobs by state, failures, last hour's completions, lag.
+
+    With ``configured`` (a Django project's ``AWA['QUEUES']``, which a Django user reads as the
+    list of queues), every configured queue has its row, of zeros before its first job.
+    """
+    stats = {s.queue: s for s in admin.queue_stats(target, name)}
+    if name is None:
+        for missing in sorted(set(configured) - stats.keys()):
+            [stats[missing]] = admin.queue_stats(target, missing)  # its row of zeros
+    rows = [{c: getattr(stats[q], c) for c in QUEUE_STATS_COLUMNS} for q in sorted(stats)]
+    print_table(rows, QUEUE_STATS_COLUMNS, write)
 
 
 def resume_queue(target: Any, name: str, write: Write, *, configured: Iterable[str] = ()) -> None:
@@ -159,7 +167,7 @@ def resume_queue(target: Any, name: str, write: Write, *, configured: Iterable[s
     if admin.resume_queue(target, name):
         write(f"queue {name} resumed")
         return
-    _refuse_unknown_queue(target, name, configured)
+    refuse_unknown_queue(target, name, configured)
     write(f"queue {name} was not paused; nothing to do")
 
 

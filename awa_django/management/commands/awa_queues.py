@@ -5,8 +5,7 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from awa_bridge import admin, cli_core
-from awa_bridge.cli_support import print_table
+from awa_bridge import cli_core
 
 from ...conf import get_settings
 from ...db import awa_connection
@@ -37,7 +36,9 @@ class Command(AwaCommand):
         action, name = options["action"], options["name"]
         configured = [q.name for q in get_settings().queues]  # AWA['QUEUES'] names are known
         if action == "stats":
-            self._stats(name, configured)
+            if name is not None:  # a row of zeros for a typo would read like an idle queue
+                cli_core.refuse_unknown_queue(awa_connection(), name, configured)
+            cli_core.queue_stats(awa_connection(), self.stdout.write, name, configured=configured)
         elif action == "pause":
             cli_core.pause_queue(
                 awa_connection(),
@@ -49,21 +50,3 @@ class Command(AwaCommand):
             )
         else:
             cli_core.resume_queue(awa_connection(), name, self.stdout.write, configured=configured)
-
-    def _stats(self, name: str | None, configured: list[str]) -> None:
-        """The CLI's table, plus the queues of ``AWA['QUEUES']`` no job has used yet (zeros).
-
-        A Django user reads AWA['QUEUES'] as the list of queues, so one missing from the table
-        looks lost; a NAME neither configured nor known is refused as ``pause`` refuses it,
-        not shown as a row of zeros that reads like an idle queue.
-        """
-        target = awa_connection()
-        if name is not None:
-            cli_core._refuse_unknown_queue(target, name, configured)
-            cli_core.queue_stats(target, self.stdout.write, name)
-            return
-        stats = {s.queue: s for s in admin.queue_stats(target)}
-        for missing in set(configured) - stats.keys():
-            [stats[missing]] = admin.queue_stats(target, missing)  # one row of zeros
-        rows = [{c: getattr(stats[q], c) for c in cli_core.QUEUE_STATS_COLUMNS} for q in sorted(stats)]
-        print_table(rows, cli_core.QUEUE_STATS_COLUMNS, self.stdout.write)
