@@ -70,7 +70,13 @@ def _cmd_worker(ns: argparse.Namespace) -> int:
     from .worker.config import QueueConfig
 
     configure_logging(ns.log_level, ns.log_format, loggers=("",))
+    if ns.database_url is not None:
+        # Checked, then set before the import, so a module's ``Client()`` (which reads
+        # $DATABASE_URL) builds with it; a URL written in the module gives way to it too.
+        os.environ["DATABASE_URL"] = _database_url(ns.database_url)
     client = _load_client(ns.target)
+    if ns.database_url is not None:
+        client.database_url = ns.database_url
     check_database_url(client.database_url)
     queues = client.queue_configs([QueueConfig.parse(spec) for spec in ns.queue] if ns.queue else None)
     if ns.poll_interval is not None:
@@ -120,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
         "drain gracefully. Without --queue, runs the queues its handlers were registered on.",
     )
     worker.add_argument("target", metavar="MODULE:CLIENT", help="where the Client lives, e.g. myapp.jobs:client")
+    worker.add_argument(
+        "--database-url",
+        help="PostgreSQL URL, in place of the Client's own (default: the one the Client was given, else $DATABASE_URL)",
+    )
     worker.add_argument(
         "--queue",
         action="append",

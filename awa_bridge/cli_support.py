@@ -18,7 +18,7 @@ from typing import Any
 
 from .drivers.connect import scheme_problem, url_problem
 from .drivers.errors import describe_connection_failure
-from .errors import AwaError, SchemaNotMigrated, missing_schema
+from .errors import MIGRATE_HINT, AwaError, SchemaNotMigrated, missing_schema
 
 
 class UsageError(AwaError):
@@ -45,13 +45,16 @@ def check_database_url(url: str) -> None:
         raise UsageError(f"the database URL is not valid ({problem}); {expected}")
 
 
-def describe_failure(exc: BaseException) -> str | None:
-    """One line for a failure a user can fix (no schema, no server, bad URL); ``None`` for a bug."""
+def describe_failure(exc: BaseException, migrate_hint: str = MIGRATE_HINT) -> str | None:
+    """One line for a failure a user can fix (no schema, no server, bad URL); ``None`` for a bug.
+
+    ``migrate_hint`` is the advice for a missing schema: a Django command names its own
+    ``manage.py migrate --database <alias>``."""
     if isinstance(exc, AwaError) and not isinstance(exc, SchemaNotMigrated):
         return str(exc)  # already says what is wrong (ForeignSchema may wrap a missing table on purpose)
     schema = exc if isinstance(exc, SchemaNotMigrated) else missing_schema(exc)
     if schema is not None:
-        return str(schema)
+        return f"{schema.problem}; {migrate_hint}"
     return describe_connection_failure(exc)
 
 

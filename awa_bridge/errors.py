@@ -68,11 +68,23 @@ class UniqueConflict(AwaError):
         super().__init__(msg + (f": {detail}" if detail else ""))
 
 
-class SchemaNotMigrated(AwaError):
-    """The database lacks the awa schema, or it is older than this package needs."""
-
-
 MIGRATE_HINT = "run `python -m awa_bridge migrate` (in a Django project: `python manage.py migrate`)"
+
+
+class SchemaNotMigrated(AwaError):
+    """The database lacks the awa schema, or it is older than this package needs.
+
+    ``problem`` says what is missing; the message adds how to migrate. A framework that has its
+    own command for it (``manage.py migrate --database jobs``) words the advice from ``problem``.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.problem}; {MIGRATE_HINT}"
+
 
 # SQLSTATEs of a missing table, type or function: what any statement meets on a database
 # that lacks the awa schema (or a newer part of it).
@@ -92,7 +104,7 @@ def missing_schema(exc: BaseException) -> SchemaNotMigrated | None:
         if getattr(seen, "sqlstate", None) in _UNDEFINED and "awa" in str(seen):
             first = str(seen).strip().splitlines()[0]
             problem = f"the awa schema is missing or out of date on this database ({first})"
-            return SchemaNotMigrated(f"{problem}; {MIGRATE_HINT}")
+            return SchemaNotMigrated(problem)
         seen = seen.__cause__
     return None
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .drivers.connect import connect_sync
-from .errors import MIGRATE_HINT, ForeignSchema, MigrationChecksumMismatch, SchemaNotMigrated
+from .errors import ForeignSchema, MigrationChecksumMismatch, SchemaNotMigrated
 from .sql import QUERIES
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ async def require_schema_async(driver: Any) -> None:
 def _raise_pending(pending: list[Migration]) -> None:
     if pending:
         names = ", ".join(m.name for m in pending)
-        raise SchemaNotMigrated(f"the awa schema on this database lacks {names}; {MIGRATE_HINT}")
+        raise SchemaNotMigrated(f"the awa schema on this database lacks {names}")
 
 
 def migrate(database_url: str, *, dry_run: bool = False, directory: Path | None = None) -> list[str]:

@@ -229,3 +229,23 @@ def test_r8_concurrent_cli_processes(make_database: MakeDatabase) -> None:
     stdouts = sorted(out for out, _err in outputs)
     assert stdouts[0].startswith("applied") and stdouts[1].startswith("nothing to apply"), outputs
     assert_ledger_converged(url)
+
+
+def test_schema_not_migrated_keeps_its_problem_apart_from_the_advice(make_database: Callable[[], str]) -> None:
+    """What is missing (``problem``) and how to migrate, apart, so a framework words its own advice;
+    it survives a pickle (an error crossing to or from a child process) without doubling the advice."""
+    import pickle
+
+    from awa_bridge import SchemaNotMigrated
+    from awa_bridge.migrations import require_schema
+
+    with pytest.raises(SchemaNotMigrated) as caught:
+        require_schema(make_database())
+    error = caught.value
+    assert error.problem.startswith("the awa schema on this database lacks v001_schema.sql")
+    assert (
+        str(error)
+        == f"{error.problem}; run `python -m awa_bridge migrate` (in a Django project: `python manage.py migrate`)"
+    )
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.problem, str(again)) == (error.problem, str(error))

@@ -136,6 +136,43 @@ def test_worker_log_level_warning_hides_info(workers, probe, db_url: str) -> Non
     assert not worker.logged(" INFO "), worker.output
 
 
+def test_worker_database_url_flag(workers, probe, db_url: str, server_url: str) -> None:  # type: ignore[no-untyped-def]
+    """``--database-url`` as the other commands take it: with no $DATABASE_URL at all (the module's
+    ``Client()`` builds with it), and in place of a different one."""
+    from .dbutil import with_dbname
+    from .procs import wait_for
+
+    queue = unique_queue()
+    elsewhere = with_dbname(server_url, "awa_no_such_database")
+    finished = "SELECT state::text = 'completed' FROM awa.jobs WHERE id = %s"
+    for env_url in ("", elsewhere):
+        worker = workers.start(queue, url=env_url, args=["--database-url", db_url])
+        worker.wait_started()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            job = insert_job_sync(conn, {"role": "ledger"}, kind="ledger", queue=queue)
+        wait_for(lambda job_id=job.id: probe.value(finished, (job_id,)), 15)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.output
+
+
+def test_worker_on_a_queue_nothing_knows_warns_of_a_typo(workers, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    """``--queue emial``: a worker that would wait for ever on a misspelt queue says so at start; one on
+    a queue a job has used does not."""
+    typo, used = unique_queue(), unique_queue()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        insert_job_sync(conn, {"role": "ledger"}, kind="ledger", queue=used)
+    warned = workers.start(typo).wait_started()
+    quiet = workers.start(used).wait_started()
+    line = next((line for line in warned.lines if f"queue {typo!r}:" in line), None)
+    assert line is not None and " WARNING " in line, warned.output
+    assert "no handler is registered on it, and no job, pause or worker has used it; a typo?" in line
+    assert "(the handlers' queues: default)" in line
+    assert not quiet.logged("a typo?"), quiet.output
+    for worker in (warned, quiet):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.output
+
+
 def test_queues_pause_an_unknown_queue_needs_create(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         insert_job_sync(conn, {}, kind="k", queue="email")
@@ -251,6 +288,8 @@ def test_a_wrong_database_url_is_one_line(url: str, words: list[str]) -> None:
     for command in (["jobs", "--database-url", url], ["migrate", "--database-url", url], ["cron", "list"]):
         env_url = url if command[0] == "cron" else None
         one_line_error(awa(*command, url=env_url), *words)
+    # The worker connects with asyncpg, whose refusal names the address its own way.
+    one_line_error(awa("worker", "tests.worker_app:client", "--database-url", url, timeout=30), words[0])
 
 
 def test_a_database_that_does_not_exist_is_one_line(server_url: str) -> None:

@@ -130,10 +130,29 @@ class Runtime:
             async with self.pool.acquire() as db:
                 await check_async(db, WORKER_REFUSAL)
                 await require_schema_async(db)
+                await self._warn_of_unknown_queues(db)
         except BaseException:
             await self.pool.close()
             del self.pool
             raise
+
+    async def _warn_of_unknown_queues(self, db: Any) -> None:
+        """Warn of a queue to run that no handler is registered on and nothing has used yet.
+
+        Most likely a typo (``--queue emial``): such a worker would wait for ever without a word.
+        Only a warning, since a queue fed by jobs whose queue is chosen at enqueue time is
+        legitimately unknown until its first job arrives.
+        """
+        registered = {h.queue for h in self.registry.handlers.values()}
+        for name in sorted(self.queues.keys() - registered):
+            [row] = await db.fetch(QUERIES["queue_known"], {"queue": name})
+            if not row["known"]:
+                log.warning(
+                    "queue %r: no handler is registered on it, and no job, pause or worker has used it; "
+                    "a typo? (the handlers' queues: %s)",
+                    name,
+                    ", ".join(sorted(registered)) or "none",
+                )
 
     async def start(self) -> None:
         await self.open()

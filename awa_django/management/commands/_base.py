@@ -17,7 +17,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from awa_bridge.cli_support import describe_failure
-from awa_bridge.errors import MIGRATE_HINT
 
 from ...db import migrate_command
 
@@ -63,8 +62,8 @@ class AwaCommand(BaseCommand):
         except Exception as exc:
             # The same one-line messages as `python -m awa_bridge` (an unmigrated
             # database says to run migrate); anything else is a bug and keeps its traceback.
-            message = describe_failure(exc)
+            # The plain `migrate` never touches a second alias: the hint names the one to migrate.
+            message = describe_failure(exc, migrate_hint=f"run `{migrate_command()}`")
             if message is None:
                 raise
-            # awa_bridge's hint names the plain `migrate`, which never touches a second alias.
-            raise CommandError(message.replace(MIGRATE_HINT, f"run `{migrate_command()}`")) from exc
+            raise CommandError(message) from exc
