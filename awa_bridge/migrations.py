@@ -167,8 +167,8 @@ def migrate_connection(
     For tools that own the transaction, such as an Alembic revision
     (``op.get_bind()``) or a deploy script that migrates and seeds at once.
     ``conn`` is a psycopg 3 ``Connection`` (in a transaction, or not in
-    autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg or asyncpg
-    dialect (psycopg2 takes the same DB-API path, untested; for an
+    autocommit mode) or a SQLAlchemy ``Connection`` on the psycopg, psycopg2 or
+    asyncpg dialect (for an
     ``AsyncConnection``: ``await conn.run_sync(migrate_connection)``); any
     other connection (asyncpg, a Session, Django's) is a TypeError saying
     what to pass, before anything runs. It

@@ -187,19 +187,21 @@ class PsycopgAsyncHandle(Handle):
 
 
 class SQLAlchemyHandle(Handle):
-    """Sync SQLAlchemy on psycopg: a Connection, a Session or a scoped_session."""
+    """Sync SQLAlchemy on psycopg 3 or psycopg2 (what a plain ``postgresql://`` URL picks, and what
+    most existing applications run on): a Connection, a Session or a scoped_session."""
 
     is_async = False
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, dialect: str = "psycopg") -> None:
         self.kind = kind
-        self.name = f"sqlalchemy-{kind}"
+        self.dialect = dialect
+        self.name = f"sqlalchemy-{kind}" + ("" if dialect == "psycopg" else f"-{dialect}")
 
     async def open(self, url: str) -> None:
         from sqlalchemy import create_engine
         from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-        self.engine = create_engine(with_driver(url, "psycopg"))
+        self.engine = create_engine(with_driver(url, self.dialect))
         if self.kind == "session":
             self.conn = Session(self.engine)
         elif self.kind == "scoped-session":
@@ -359,6 +361,8 @@ HANDLES: dict[str, Callable[[], Handle]] = {
     "sqlalchemy-connection": lambda: SQLAlchemyHandle("connection"),
     "sqlalchemy-session": lambda: SQLAlchemyHandle("session"),
     "sqlalchemy-scoped-session": lambda: SQLAlchemyHandle("scoped-session"),
+    "sqlalchemy-connection-psycopg2": lambda: SQLAlchemyHandle("connection", "psycopg2"),
+    "sqlalchemy-session-psycopg2": lambda: SQLAlchemyHandle("session", "psycopg2"),
     "sqlalchemy-async-connection-asyncpg": lambda: SQLAlchemyAsyncHandle("connection", "asyncpg"),
     "sqlalchemy-async-session-asyncpg": lambda: SQLAlchemyAsyncHandle("session", "asyncpg"),
     "sqlalchemy-async-scoped-session-asyncpg": lambda: SQLAlchemyAsyncHandle("scoped-session", "asyncpg"),

@@ -314,7 +314,7 @@ def test_unique_insert_under_contention(db_url: str) -> None:
         "sqlalchemy-session",
         "sqlalchemy-async-session-asyncpg",
         "sqlalchemy-async-connection-psycopg",
-        "psycopg",
+        "sqlalchemy-session-psycopg2",
         "asyncpg",
     ]
     barrier = threading.Barrier(len(names))

@@ -61,9 +61,12 @@ def orders(url: str) -> int:
     return count_rows(url, "SELECT count(*) FROM app_orders")
 
 
-@pytest.fixture
-def sync_engine(db_url: str) -> Iterator[Engine]:
-    engine = create_engine(with_driver(db_url, "psycopg"))
+SYNC_DIALECTS = ["psycopg", "psycopg2"]  # psycopg2: what a plain postgresql:// engine runs on
+
+
+@pytest.fixture(params=SYNC_DIALECTS)
+def sync_engine(request: pytest.FixtureRequest, db_url: str) -> Iterator[Engine]:
+    engine = create_engine(with_driver(db_url, request.param))
     yield engine
     engine.dispose()
 
@@ -173,6 +176,47 @@ def test_insert_many_sync_commits_and_rolls_back(sync_engine: Engine, db_url: st
             insert_many_sync(session, [ConfirmOrder(order_id=i, note="gone") for i in range(3)])
             tx.rollback()
     assert len(jobs(db_url)) == 5
+
+
+def test_insert_many_writes_the_same_rows_on_every_sync_dialect(db_url: str) -> None:
+    """psycopg2 has no row writer for COPY: its rows are encoded as COPY text by hand, so values that
+    text must escape (tabs, newlines, backslashes, quotes, commas and braces in tags, NUL-free
+    unicode, bytes of a unique key, timestamps) must arrive as psycopg 3 sends them."""
+    hostile = 'tab\there\nnew line\\back\\slash "quoted" {brace}, comma \r é 漢'
+    tags = ["plain", 'with "quote"', "with,comma", "with\\backslash", "{brace}", "tab\tnl\n", "NULL", ""]
+    run_at = datetime(2030, 1, 2, 3, 4, 5, 678901).astimezone()
+    # A plain job takes its run_at from now() on the server: not compared.
+    select = (
+        "SELECT kind, queue, args, state::text, priority, max_attempts,"
+        " CASE WHEN kind = 'plain_kind' THEN NULL ELSE run_at END, metadata, tags, unique_key, unique_states"
+        " FROM awa.jobs ORDER BY id"
+    )
+    written = {}
+    for dialect in SYNC_DIALECTS:
+        engine = create_engine(with_driver(db_url, dialect))
+        with Session(engine) as session, session.begin():
+            batch = [ConfirmOrder(order_id=i, note=f"{hostile} {i}") for i in range(3)]
+            result = insert_many_sync(
+                session,
+                batch,
+                queue="bulk",
+                tags=tags,
+                run_at=run_at,
+                priority=3,
+                metadata={"note": hostile},
+                unique={"by_args": True},
+            )
+            assert result.inserted == 3
+            plain = insert_many_sync(session, [{"note": hostile}], kind="plain_kind", queue="bulk")
+            assert plain.inserted == 1
+        engine.dispose()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            written[dialect] = conn.execute(select).fetchall()
+            conn.execute("DELETE FROM awa.jobs")  # the next dialect writes the same unique keys
+    assert written["psycopg2"] == written["psycopg"]
+    first = written["psycopg"][0]
+    assert first[2]["note"] == f"{hostile} 0" and first[8] == tags and first[6] == run_at
+    assert first[9] is not None and written["psycopg"][3][9] is None  # a unique key; the plain job has none
 
 
 async def test_insert_many_async_skips_unique_duplicates(async_engine: AsyncEngine, db_url: str) -> None:

@@ -8,12 +8,14 @@ underlying psycopg or asyncpg connection to that driver's adapter.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 from ..sql import Query
-from .base import Row
+from .base import Row, copy_statement
 
 
 @cache
@@ -33,6 +35,31 @@ def _dicts(result: Any) -> list[Row]:
         return []
     names = tuple(result.keys())
     return [dict(zip(names, row, strict=True)) for row in result.all()]
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_ARRAY_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"'})
+
+
+def _copy_value(value: Any) -> str:
+    """One value in COPY's text format: what psycopg 3's ``write_row`` sends for the types a bulk
+    insert's rows hold (text, integers, timestamps, text arrays, bytea, NULL)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bytes):
+        text = "\\x" + value.hex()
+    elif isinstance(value, datetime):
+        text = value.isoformat()
+    elif isinstance(value, list):
+        text = "{" + ",".join('"' + str(item).translate(_ARRAY_ESCAPES) + '"' for item in value) + "}"
+    else:
+        text = str(value)
+    return text.translate(_COPY_ESCAPES)
+
+
+def copy_text(rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as a ``COPY ... FROM STDIN`` text stream, for a driver with no row writer (psycopg2)."""
+    return "".join("\t".join(map(_copy_value, row)) + "\n" for row in rows)
 
 
 _PING = Query(name="ping", pyformat="SELECT 1", numeric="SELECT 1", named="SELECT 1", order=())
@@ -65,11 +92,17 @@ class SQLAlchemySync:
         from .psycopg import PsycopgSync
 
         raw = self._driver_connection()
-        if type(raw).__module__.split(".")[0] != "psycopg":
-            raise NotImplementedError(
-                f"insert_many needs SQLAlchemy on psycopg 3 for COPY; this engine uses {type(raw).__module__}"
-            )
-        PsycopgSync(raw).copy_rows(table, columns, rows)
+        module = type(raw).__module__.split(".")[0]
+        if module == "psycopg":
+            PsycopgSync(raw).copy_rows(table, columns, rows)
+        elif module == "psycopg2":  # what a plain postgresql:// engine runs on
+            cursor = raw.cursor()
+            try:
+                cursor.copy_expert(copy_statement(table, columns), io.StringIO(copy_text(rows)))
+            finally:
+                cursor.close()
+        else:
+            raise NotImplementedError(f"insert_many has no COPY path for SQLAlchemy on {module}")
 
     def execute_script(self, sql: str) -> None:
         """A whole file on the driver's own connection: SQLAlchemy would parse its binds and % signs.
@@ -89,7 +122,7 @@ class SQLAlchemySync:
             # psycopg's async connection (under run_sync): SQLAlchemy's adapter is its sync DB-API face.
             sa_conn = self.conn.connection() if hasattr(self.conn, "get_bind") else self.conn
             raw = sa_conn.connection.dbapi_connection
-        cursor = raw.cursor()  # psycopg 3 (psycopg2 would take this DB-API path too, untested)
+        cursor = raw.cursor()  # psycopg 3 or psycopg2
         try:
             cursor.execute(sql)
         finally:

@@ -20,7 +20,7 @@ from awa_bridge.migrations import load_migrations, migrate_connection
 from ..drivers import HANDLES, Handle, sync_result
 from .support import rows
 
-DIRECT = {"psycopg", "sqlalchemy-connection"}
+DIRECT = {"psycopg", "sqlalchemy-connection", "sqlalchemy-connection-psycopg2"}
 RUN_SYNC = {"sqlalchemy-async-connection-asyncpg", "sqlalchemy-async-connection-psycopg"}
 
 
