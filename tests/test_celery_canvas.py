@@ -388,6 +388,67 @@ def test_every_step_a_canvas_writes_later_is_refused_at_the_call_before_anything
     assert count_rows(db_url, "SELECT count(*) FROM app_orders") == 2
 
 
+def test_eager_mode_refuses_a_canvas_production_refuses_before_running_any_step(db_url: str) -> None:
+    """With task_always_eager a canvas runs inline, but every step is checked first as the worker
+    path checks it (``Signature._check``): a bad later step, member or callback fails the unit test
+    with the error production raises, and no step runs, not even the first."""
+    import functools
+
+    from awa_bridge import ValidationError
+
+    from .conftest import count_rows
+
+    ours = Celery("eager_canvas_checks", set_as_current=False, database_url=db_url)
+    runs: list[str] = []
+
+    def recorded(fun: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fun)  # the task keeps the function's signature (Celery's typing check)
+        def run(*args: Any) -> Any:
+            runs.append(fun.__name__)
+            return fun(*args)
+
+        return run
+
+    add, mul, tsum = (
+        ours.task(name=f"canvas.{f.__name__}")(recorded(f)) for f in (canvas.add, canvas.mul, canvas.tsum)
+    )
+    flows: dict[str, Callable[[], Any]] = {
+        "chain: later step's queue": lambda: chain(add.s(1, 1), mul.s(2).set(queue="")).apply_async(),
+        "chain with |: third step's priority": lambda: (add.s(1, 1) | mul.s(2) | add.s(3).set(priority=42)).delay(),
+        "chain: later step's arguments": lambda: chain(add.s(1, 1), add.s(2, 3)).apply_async(),
+        "chain: later step's countdown": lambda: chain(add.s(1, 1), add.s(2).set(countdown="soon")).apply_async(),
+        "chain: empty using": lambda: chain(add.s(1, 1), mul.s(2)).apply_async(using=""),
+        "group: member's priority": lambda: group(add.s(1, 1), add.s(2, 2).set(priority=42)).apply_async(),
+        "group: member's eta": lambda: group(add.s(1, 1), add.s(2, 2).set(eta="tomorrow")).delay(),
+        "group: empty using": lambda: group(add.s(1, 1), add.s(2, 2)).apply_async(using=""),
+        "chord: callback's queue": lambda: chord([add.s(1, 1), add.s(2, 2)], tsum.s().set(queue="")).apply_async(),
+        "chord called with a bad body": lambda: chord([add.s(1, 1)])(tsum.s().set(exchange="x")),
+        "chord: member's expires": lambda: chord([add.s(1, 1).set(expires="never")], tsum.s()).apply_async(),
+        "chain: group then a bad step": lambda: (add.s(1, 1) | group(mul.s(2), mul.s(3)) | tsum.s(9)).delay(),
+        "link of a later step": lambda: (add.s(1, 1) | mul.s(2).set(link=mul.s(2).set(queue=""))).delay(),
+    }
+    production: dict[str, BaseException] = {}
+    for name, flow in flows.items():
+        with pytest.raises(Exception) as caught:
+            flow()
+        production[name] = caught.value
+    assert isinstance(production["chain: later step's queue"], ValidationError)
+    assert count_rows(db_url) == 0 and runs == []
+
+    ours.conf.task_always_eager = True
+    for name, flow in flows.items():
+        with pytest.raises(Exception) as caught:
+            flow()
+        assert type(caught.value) is type(production[name]), name
+        assert str(caught.value) == str(production[name]), name
+    assert runs == [], "a step of a refused canvas ran"
+    # Accepted canvases still run inline, as Celery's eager mode runs them.
+    assert (add.s(1, 1) | mul.s(5).set(queue="other", countdown=10)).delay().get() == 10
+    assert chord([add.s(1, 1), add.s(2, 2)], tsum.s().set(priority=9)).apply_async().get() == 6
+    assert runs == ["add", "mul", "add", "add", "tsum"]
+    ours.close()
+
+
 def route_by_customer(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
     """A router function naming the queue after the value: too long a name (over 200 characters)."""
     if name == "canvas.mul" and args:

@@ -825,6 +825,91 @@ def test_eager_mode_runs_inline_with_retries_and_propagation() -> None:
         app.task(bind=True)(lambda self: self.retry())()
 
 
+def test_eager_mode_refuses_the_calls_production_refuses_before_running_the_task(db_url: str) -> None:
+    """task_always_eager runs the task in-process, but checks the call first as apply_async does
+    without it: a call the worker path refuses fails the unit test with the same error (type and
+    message), and the task never runs. What is accepted still runs in-process."""
+    app = Celery("eager_checks", set_as_current=False, database_url=db_url)
+    runs: list[tuple[int, int]] = []
+
+    @app.task
+    def add(x: int, y: int) -> int:
+        runs.append((x, y))
+        return x + y
+
+    refused: dict[str, Callable[[], Any]] = {
+        "empty queue": lambda: add.apply_async((1, 2), queue=""),
+        "empty using": lambda: add.apply_async((1, 2), using=""),
+        "using not a name": lambda: add.apply_async((1, 2), using=7),
+        "empty link": lambda: add.apply_async((1, 2), link=""),
+        "link with a bad option": lambda: add.apply_async((1, 2), link=add.s(1).set(queue="")),
+        "priority": lambda: add.apply_async((1, 2), priority=42),
+        "priority not a number": lambda: add.apply_async((1, 2), priority="high"),
+        "countdown not a number": lambda: add.apply_async((1, 2), countdown="soon"),
+        "countdown out of range": lambda: add.apply_async((1, 2), countdown=10**400),
+        "countdown and eta": lambda: add.apply_async((1, 2), countdown=1, eta=datetime.now(UTC)),
+        "eta": lambda: add.apply_async((1, 2), eta="tomorrow"),
+        "eta out of range": lambda: add.apply_async((1, 2), eta="0001-01-01T00:00:00+14:00"),
+        "expires": lambda: add.apply_async((1, 2), expires="never"),
+        "task_id": lambda: add.apply_async((1, 2), task_id="123"),
+        "time_limit": lambda: add.apply_async((1, 2), time_limit="1m"),
+        "refused option": lambda: add.apply_async((1, 2), shadow="other"),
+        "unknown option": lambda: add.apply_async((1, 2), queues=["q"]),
+        "signature delay": lambda: add.s(1, 2).set(queue="").delay(),
+        "signature apply_async": lambda: add.signature((1, 2), priority=42).apply_async(),
+        "send_task": lambda: app.send_task(add.name, (1, 2), queue=""),
+    }
+    production: dict[str, BaseException] = {}
+    for name, call in refused.items():
+        with pytest.raises(Exception) as caught:
+            call()
+        production[name] = caught.value
+    assert isinstance(production["empty queue"], ValidationError) and production["empty queue"].field == "queue"
+    assert count_rows(db_url) == 0 and runs == []
+
+    app.conf.task_always_eager = True
+    for name, call in refused.items():
+        with pytest.raises(Exception) as caught:
+            call()
+        assert type(caught.value) is type(production[name]), name
+        assert str(caught.value) == str(production[name]), name
+    assert runs == [], "a refused call ran the task"
+    # What the worker path accepts still runs here and now; no database is needed.
+    app.conf.database_url = "postgresql://nobody@127.0.0.1:1/none"
+    result = add.apply_async((1, 2), queue="other", priority=9, countdown=-5, expires=60, using="replica")
+    assert result.get() == 3 and add.delay(2, 2).get() == 4 and runs == [(1, 2), (2, 2)]
+    app.close()
+
+
+async def test_eager_aapply_async_refuses_what_production_refuses(db_url: str) -> None:
+    app = Celery("eager_async_checks", set_as_current=False, database_url=db_url)
+    runs: list[int] = []
+
+    @app.task
+    def one(x: int) -> int:
+        runs.append(x)
+        return x
+
+    refused: dict[str, Callable[[], Awaitable[Any]]] = {
+        "empty queue": lambda: one.aapply_async((1,), queue=""),
+        "priority": lambda: one.aapply_async((1,), priority=42),
+        "connection and using": lambda: one.aapply_async((1,), connection=object(), using="default"),
+    }
+    production: dict[str, BaseException] = {}
+    for name, call in refused.items():
+        with pytest.raises(ValidationError) as caught:
+            await call()
+        production[name] = caught.value
+    app.conf.task_always_eager = True
+    for name, call in refused.items():
+        with pytest.raises(ValidationError) as caught:
+            await call()
+        assert str(caught.value) == str(production[name]), name
+    assert runs == [] and count_rows(db_url) == 0
+    assert (await one.adelay(5)).get() == 5 and runs == [5]
+    app.close()
+
+
 # -- beat ---------------------------------------------------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
 from .errors import UnsupportedOption
-from .options import check_call_options
+from .options import check_using
 from .result import AsyncResult, EagerResult, GroupResult
 from .serialization import decode, encode
 
@@ -232,13 +232,11 @@ class Signature(dict[str, Any]):
         stands for it, and ``task_routes`` is not asked, see ``Task.prepare``). So a bad
         option of any step is refused at the call that starts the canvas, before anything is
         written, not in the worker, where the refusal would fail the step before. The checks
-        are the direct call's own (``Task.apply_async``).
+        are the direct call's own (``Task._check_call``); eager mode makes them before it runs
+        anything, so a unit test refuses the canvas production refuses.
         """
         args, kwargs, merged = self._merge((None,) if later else args, kwargs, options)
-        task = self.type
-        check_call_options(merged, f"{task.name}.apply_async")
-        fields = {k: v for k, v in merged.items() if k not in ("connection", "using")}
-        task.prepare(args, kwargs, routed=not later, **fields)
+        self.type._check_call(args, kwargs, merged, routed=not later)
 
     # -- storage ----------------------------------------------------------------------------------
 
@@ -409,12 +407,13 @@ class chain(Signature):
 
     def apply_async(self, args: Any = None, kwargs: Any = None, route_name: Any = None, **options: Any) -> Any:
         app = self.app
-        if app.conf.task_always_eager:
-            return self.apply(args, kwargs, **options)
         steps = self._steps()
         if not steps:
             return None
-        self._check(args, kwargs, options)  # every step, before anything is written
+        self._check(args, kwargs, options)  # every step, before anything is written (or run, in eager mode)
+        if app.conf.task_always_eager:
+            check_using({**steps[0].options, **self.options, **options})  # where the first step is written
+            return self.apply(args, kwargs, **options)
         options = {**self.options, **options}
         chord_slot = options.pop("chord", None)
         if chord_slot is not None:
@@ -540,9 +539,10 @@ class group(Signature):
 
     def apply_async(self, args: Any = None, kwargs: Any = None, route_name: Any = None, **options: Any) -> Any:
         app = self.app
+        self._check(args, kwargs, options)  # every member, before the first is written (or run, in eager mode)
         if app.conf.task_always_eager:
+            check_using({**self.options, **options})  # where _one_transaction writes them
             return self.apply(args, kwargs, **options)
-        self._check(args, kwargs, options)  # every member, before the first is written
         options = {**self.options, **options}
         options.pop("chain", None)  # a group is never followed in a chain: it became a chord
         group_id = options.pop("task_id", None) or str(uuid.uuid4())
@@ -649,9 +649,10 @@ class chord(Signature):
             self["kwargs"]["body"] = maybe_signature(body, app)
             self._app = self._app or _app_of([self["kwargs"]["body"]])
             app = self.app
+        self._check(args, kwargs, options)  # the callback and every member, before anything is written (or run)
         if app.conf.task_always_eager:
+            check_using({**self.options, **options})  # where _one_transaction writes them
             return self.apply(args, kwargs, **options)
-        self._check(args, kwargs, options)  # the callback and every member, before anything is written
         callback, options = self._callback(options)
         result = callback.freeze()
         group_id = options.pop("group_id", None) or str(uuid.uuid4())

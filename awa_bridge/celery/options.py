@@ -418,6 +418,16 @@ def check_route(route: Any, field: str) -> dict[str, Any]:
     return {k: v for k, v in route.items() if k in ("queue", "priority")}
 
 
+def check_using(options: Mapping[str, Any]) -> None:
+    """``using=`` of a call that writes where no ``connection=`` says: None or a connection name
+    (with Django, an alias). ``""`` is refused: a provider would read it as "not given" and pick its
+    default. Checked before the name is resolved (``transaction.current_connection``), and so in
+    eager mode too, which resolves nothing (it needs no database)."""
+    value = options.get("using")
+    if options.get("connection") is None and value is not None and (not isinstance(value, str) or not value):
+        raise ValidationError("using", f"must be a connection name (with Django, an alias), got {value!r}")
+
+
 def _check_queue(value: Any, field: str) -> None:
     if not isinstance(value, str) or not 1 <= len(value) <= 200 or "\x00" in value:
         raise ValidationError(field, f"must be a queue name of 1 to 200 characters, got {value!r}")

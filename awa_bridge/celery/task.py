@@ -7,7 +7,8 @@ name; its args are ``{"args": [...], "kwargs": {...}}``.
 
 * ``task(*args)`` runs the function inline (``self.request.called_directly``).
 * ``delay`` / ``apply_async`` insert a job (see ``transaction`` for where),
-  or, with ``task_always_eager``, run it at once through ``apply``.
+  or, with ``task_always_eager``, run it at once through ``apply``, after the
+  same checks: a unit test refuses the call production refuses.
 * ``self.retry(...)`` raises ``Retry`` with Celery's counting: with
   ``max_retries=3`` a task runs at most 4 times; past that the ``exc`` given
   is raised (or ``MaxRetriesExceededError``). ``autoretry_for`` wraps the run
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ValidationError
 from . import states
 from .errors import MaxRetriesExceededError, Retry, UnsupportedOption
-from .options import check_call_options, check_task_options, moment, seconds
+from .options import check_call_options, check_task_options, check_using, moment, seconds
 from .serialization import encode
 
 if TYPE_CHECKING:
@@ -367,14 +368,14 @@ class Task:
         from .transaction import current_connection
 
         app = self.app
-        check_call_options(options, f"{self.name}.apply_async")
-        if app.conf.task_always_eager:
-            rest = dict(options)
-            task_id, ignore_result = rest.pop("task_id", None), rest.pop("ignore_result", None)
-            return self.apply(args, kwargs, task_id=task_id, ignore_result=ignore_result, **rest)
+        # Checked the same way in eager mode, so a unit test refuses what production would.
+        prepared = self._check_call(args, kwargs, options)
+        check_using(options)  # the name only: resolved below (eager mode resolves nothing)
         conn = options.pop("connection", None)
         using = options.pop("using", None)
-        prepared = self.prepare(args, kwargs, **options)
+        if app.conf.task_always_eager:
+            task_id, ignore_result = options.pop("task_id", None), options.pop("ignore_result", None)
+            return self.apply(args, kwargs, task_id=task_id, ignore_result=ignore_result, **options)
         if conn is None:
             conn = current_connection(using)
         if conn is None:
@@ -402,10 +403,10 @@ class Task:
 
         check_call_options(options, f"{self.name}.aapply_async")
         conn = options.pop("connection", None)
+        if conn is not None and options.pop("using", None) is not None:
+            raise ValidationError("using", "give connection= or using=, not both")
         if conn is None or self.app.conf.task_always_eager:
             return await asyncio.to_thread(self.apply_async, args, kwargs, **options)
-        if options.pop("using", None) is not None:
-            raise ValidationError("using", "give connection= or using=, not both")
         prepared = self.prepare(args, kwargs, **options)
         if not is_async_connection(conn):
             detect_sync(conn)  # an object the bridge does not know: the core's UnsupportedConnection
@@ -415,6 +416,16 @@ class Task:
             )
         job = await insert_job(conn, prepared)
         return self.app.AsyncResult(options.get("task_id") or str(job.id), task_name=self.name)
+
+    def _check_call(self, args: Any, kwargs: Any, options: Mapping[str, Any], *, routed: bool = True) -> Any:
+        """Raise what ``apply_async(args, kwargs, **options)`` refuses, before anything is written or
+        run, and return the ``PreparedJob`` it writes: the call's options (unknown and refused names),
+        then every value (``prepare``). The one check of a call: ``apply_async``, eager or not, and
+        every step a canvas writes or, in eager mode, runs (``Signature._check``) go through it.
+        ``connection`` / ``using`` say where the job is written: ``apply_async`` checks them there."""
+        check_call_options(options, f"{self.name}.apply_async")
+        fields = {k: v for k, v in options.items() if k not in ("connection", "using")}
+        return self.prepare(args, kwargs, routed=routed, **fields)
 
     def prepare(self, args: Any = None, kwargs: Any = None, *, routed: bool = True, **options: Any) -> Any:
         """The validated ``PreparedJob`` of a call (arguments checked here, as JSON).

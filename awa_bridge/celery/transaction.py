@@ -77,12 +77,11 @@ _fallback = django_provider("default")
 def current_connection(using: str | None = None) -> Any:
     """The connection a task call should write on, or None for the app's own transaction.
 
-    ``using=""`` is refused: a provider would read it as "not given" and pick its default.
+    ``using=""`` is refused (``options.check_using``): a provider would read it as "not given".
     """
-    if using is not None and (not isinstance(using, str) or not using):
-        from ..errors import ValidationError
+    from .options import check_using
 
-        raise ValidationError("using", f"must be a connection name (with Django, an alias), got {using!r}")
+    check_using({"using": using})
     for provider in _providers or (_fallback,):
         conn = provider(using)
         if conn is not None:
