@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from . import admin, cron
-from .cli_support import UsageError, format_errors, print_table
+from .cli_support import UsageError, error_lines, print_table
 from .drivers.connect import sync_driver_for
 from .enqueue import row_to_job
 from .errors import JobNotFound, ValidationError
@@ -86,7 +86,7 @@ def show_job(target: Any, job_id: int, write: Write) -> None:
         text = json.dumps(getattr(job, name), indent=2, sort_keys=True, ensure_ascii=False, default=str)
         write("\n".join("  " + line for line in text.splitlines()))
     write(f"errors ({len(job.errors)}):")
-    for line in format_errors(job.errors):
+    for line in error_lines(job.errors):
         write(line)
 
 

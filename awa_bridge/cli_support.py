@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -84,8 +85,39 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def format_errors(errors: list[Any]) -> list[str]:
-    """A job's ``errors`` entries (type, error, traceback, attempt, at) as readable lines."""
+# Frames that belong to Python, installed packages or awa itself, not to the user's code.
+_LIBRARY_FRAME = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d|/awa_bridge/|/awa_django/|<frozen )")
+_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line \d+, in .*$')
+
+
+def user_frames(traceback_text: str) -> str:
+    """The frames of ``traceback_text`` in the user's own code, then the exception line.
+
+    Falls back to the last frame when every frame is in Python or a library. The one
+    ordering of a traceback for people: ``show`` here (``manage.py awa_jobs show``,
+    ``python -m awa_bridge jobs --id``) and the Django admin's job page both open with it.
+    """
+    lines = traceback_text.rstrip().splitlines()
+    if not lines:
+        return ""
+    frames: list[tuple[str, list[str]]] = []
+    for line in lines:
+        match = _FRAME.match(line)
+        if match:
+            frames.append((match["path"], [line]))
+        elif frames and line.startswith("    "):
+            frames[-1][1].append(line)
+    exception = next((line for line in reversed(lines) if line and not line.startswith(" ")), lines[-1])
+    mine = [f for f in frames if not _LIBRARY_FRAME.search(f[0])] or frames[-1:]
+    return "\n".join([*(line for _, block in mine for line in block), exception])
+
+
+def error_lines(errors: list[Any]) -> list[str]:
+    """A job's ``errors`` entries (type, error, traceback, attempt, at) as readable lines.
+
+    Each traceback as the admin's job page shows it: the user's own frames and the
+    exception first (``user_frames``), then the full traceback, library frames included.
+    """
     lines: list[str] = []
     for entry in errors:
         if not isinstance(entry, dict):
@@ -94,9 +126,14 @@ def format_errors(errors: list[Any]) -> list[str]:
         kind = entry.get("type") or "error"
         when = f"attempt {entry.get('attempt', '?')} at {entry.get('at', '?')}"
         lines.append(f"  {when}: {kind}: {entry.get('error', '')}")
-        traceback = entry.get("traceback")
-        if traceback:
-            lines.extend("    " + line for line in str(traceback).rstrip().splitlines())
+        traceback = str(entry.get("traceback") or "").rstrip()
+        if not traceback:
+            continue
+        first = user_frames(traceback)
+        lines.extend("    " + line for line in first.splitlines())
+        if first != traceback:  # the full traceback says more (the library's frames)
+            lines.append("    full traceback:")
+            lines.extend("      " + line for line in traceback.splitlines())
     return lines
 
 

@@ -16,6 +16,7 @@ or queue), and every state filter is served by an index
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from django.core.paginator import Paginator
 from django.db import connections, transaction
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast, Left
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -38,6 +39,7 @@ from django.utils.html import format_html, format_html_join
 
 from awa_bridge import AwaError, ForeignSchema, foreign
 from awa_bridge import admin as ops
+from awa_bridge.cli_support import user_frames  # the order of frames `manage.py awa_jobs show` prints too
 from awa_bridge.drivers import detect_sync
 from awa_bridge.drivers.django import planner_rows
 from awa_bridge.sql import QUERIES
@@ -47,7 +49,7 @@ from .admin_overview import overview_rows
 from .admin_paging import keyset_page, pager, take_keyset
 from .display import humanize_seconds, show_time, show_when, truncated
 from .models import STATE_CHOICES, Job, QueueMeta
-from .timeline import job_attempts, job_timeline, operator_actions, user_frames
+from .timeline import job_attempts, job_timeline, operator_actions
 
 #: Characters of a job's args shown in the job list (cut in SQL, see JobAdmin.get_queryset).
 ARGS_PREVIEW_CHARS = 80
@@ -171,8 +173,38 @@ class StateFilter(admin.SimpleListFilter):
         if not value:
             return queryset
         if value not in _STATES:  # the column is an enum: an unknown label would be a database error
-            return queryset.none()
+            return queryset.none()  # JobAdmin.changelist_view says why (bad_filters)
         return queryset.filter(state=value)
+
+
+#: Parameters of the job list whose values can only be job states: the state filter, and Django's
+#: own lookups on the column (``state__exact`` is what its choices filter writes), where an unknown
+#: label would be a database error (the column is an enum). Queue and kind are open sets: a name no
+#: job has yet is a fair question, answered by an empty list.
+_STATE_PARAMS = ("state", *(f"state__{lookup}" for lookup in ("exact", "in", "gt", "gte", "lt", "lte")))
+
+
+def bad_filters(params: QueryDict) -> list[str]:
+    """One sentence per parameter of the job list (in ``params``) that no job can match.
+
+    ``Filter state: 'bogus' is not a job state; the states are scheduled, available, ...``, with a
+    guess when the value is close to one (``'Failed'``, ``'faild'``: did you mean 'failed'?).
+    """
+    states = [value for value, _ in STATE_CHOICES]
+    problems = []
+    for name in _STATE_PARAMS:
+        given = params.getlist(name)
+        values = [v for item in given for v in (item.split(",") if name.endswith("__in") else [item])]
+        unknown = list(dict.fromkeys(v for v in values if v not in _STATES and (v or name != "state")))
+        if not unknown:
+            continue
+        shown = ", ".join(repr(v if len(v) <= 40 else v[:39] + "…") for v in unknown[:3])
+        shown += ", …" if len(unknown) > 3 else ""
+        what = "is not a job state" if len(unknown) == 1 else "are not job states"
+        guess = difflib.get_close_matches(unknown[0].lower(), states, n=1)
+        hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+        problems.append(f"Filter {name}: {shown} {what}{hint}; the states are {', '.join(states)}.")
+    return problems
 
 
 def _error_block(error: dict[str, Any]) -> str:
@@ -497,6 +529,8 @@ class JobAdmin(ReadOnlyModelAdmin):
     # -- search ----------------------------------------------------------------------
 
     def get_search_results(self, request: HttpRequest, queryset: Any, search_term: str) -> tuple[Any, bool]:
+        if bad_filters(request.GET):  # reported by changelist_view; no job matches (nor reaches SQL)
+            return queryset.none(), False
         queryset = keyset_page(request, queryset, self.list_per_page)
         term = search_term.strip()
         if not term:
@@ -626,6 +660,12 @@ class JobAdmin(ReadOnlyModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         take_keyset(request)
+        # A filter value no job can have (?state=bogus) is said above the (empty) list, as an error
+        # message, the way this admin reports every refused input (message_user, as its actions do).
+        # Not Django's invalid-lookup answer, a redirect to ?e=1: that drops the whole query string
+        # and shows every job, unfiltered, without saying why.
+        for problem in bad_filters(request.GET):
+            self.message_user(request, problem, messages.ERROR)
         response = super().changelist_view(request, extra_context)
         cl = getattr(response, "context_data", {}).get("cl")
         if cl is not None:

@@ -10,7 +10,6 @@ run: no extra statement on the worker's hot path, one row per claim statement.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,9 +29,6 @@ RESCUES = {
     "Superseded": "rescued: a newer attempt took over",
     "CallbackTimeout": "the external callback timed out",
 }
-# Frames that belong to Python, installed packages or this package, not to the user's code.
-_LIBRARY = re.compile(r"(/site-packages/|/dist-packages/|/lib/python\d|/awa_bridge/|/awa_django/|<frozen )")
-_FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line \d+, in .*$')
 
 
 @dataclass(frozen=True)
@@ -153,23 +149,3 @@ def job_timeline(job: Any, actions: list[dict[str, Any]], attempts: list[dict[st
     if job.finalized_at is not None:
         events.append(Event(job.finalized_at, "finished", f"finished: {job.state}"))
     return sorted(events, key=lambda e: (e.at is None, e.at or job.created_at))
-
-
-def user_frames(traceback_text: str) -> str:
-    """The frames of ``traceback_text`` in the user's own code, then the exception line.
-
-    Falls back to the last frame when every frame is in Python or a library.
-    """
-    lines = traceback_text.rstrip().splitlines()
-    if not lines:
-        return ""
-    frames: list[tuple[str, list[str]]] = []
-    for line in lines:
-        match = _FRAME.match(line)
-        if match:
-            frames.append((match["path"], [line]))
-        elif frames and line.startswith("    "):
-            frames[-1][1].append(line)
-    exception = next((line for line in reversed(lines) if line and not line.startswith(" ")), lines[-1])
-    mine = [f for f in frames if not _LIBRARY.search(f[0])] or frames[-1:]
-    return "\n".join([*(line for _, block in mine for line in block), exception])

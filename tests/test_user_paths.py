@@ -377,3 +377,36 @@ def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path
                 [sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
             )
             assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
+
+
+def test_jobs_id_opens_each_traceback_with_the_users_frames(db_url: str) -> None:
+    """As the Django admin's job page does: the user's frames and the exception, then the full traceback."""
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.12/site-packages/awa_bridge/worker/executor.py", line 188, in run_attempt\n'
+        "    result = await handler(ctx)\n"
+        '  File "/srv/shop/billing.py", line 42, in charge_card\n'
+        "    gateway.charge(order.total)\n"
+        '  File "/venv/lib/python3.12/site-packages/stripe/api.py", line 311, in charge\n'
+        "    raise CardError(message)\n"
+        "stripe.error.CardError: card declined"
+    )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job = insert_job_sync(conn, {"order": 7}, kind="charge_card", queue="billing")
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(), errors = ARRAY["
+            "jsonb_build_object('attempt', 1, 'type', 'CardError', 'error', 'card declined', 'traceback', %s::text,"
+            " 'at', '2026-01-02T03:04:05+00:00')] WHERE id = %s",
+            (trace, job.id),
+        )
+    done = awa("jobs", "--id", str(job.id), url=db_url)
+    assert done.returncode == 0, done.stderr
+    errors = done.stdout.split("errors (1):\n", 1)[1].splitlines()
+    assert errors[:5] == [
+        "  attempt 1 at 2026-01-02T03:04:05+00:00: CardError: card declined",
+        '      File "/srv/shop/billing.py", line 42, in charge_card',
+        "        gateway.charge(order.total)",
+        "    stripe.error.CardError: card declined",
+        "    full traceback:",
+    ], done.stdout
+    assert errors[5:] == ["      " + line for line in trace.splitlines()], done.stdout

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 from django.urls import reverse
 
 import awa_django
+from awa_django.models import STATE_CHOICES
+
+from .test_admin_operations import _jobs
+from .test_admin_views import results
 
 pytestmark = [pytest.mark.django, pytest.mark.django_db(transaction=True)]
 
@@ -13,6 +20,9 @@ BAD_QUERIES = [
     "state=nonsense",
     "state=",
     "state=%00",
+    "state__exact=nonsense",  # Django's own spelling of the filter: was a database error (500)
+    "state__in=failed,nonsense",
+    "state__gt=nonsense",
     "queue=%00",
     "kind=%00",
     "queue=" + "q" * 5000,
@@ -53,3 +63,36 @@ def test_queue_and_cron_pages_survive_a_bad_query_string(awa: None, admin_client
 def test_job_detail_of_a_bad_id_is_not_a_500(awa: None, admin_client, job_id: str) -> None:  # type: ignore[no-untyped-def]
     answer = admin_client.get(f"/admin/awa_django/job/{job_id}/change/")
     assert answer.status_code in (200, 302, 404), answer.status_code
+
+
+def _error_messages(page: str) -> list[str]:
+    """The error messages shown above the list (Django's ``ul.messagelist``)."""
+    found = re.findall(r'<li class="error">(.*?)</li>', page.split('class="messagelist"', 1)[-1], re.S)
+    return [html.unescape(text).strip() for text in found] if 'class="messagelist"' in page else []
+
+
+def test_an_unknown_state_in_the_url_is_named_with_the_states(awa: None, admin_client) -> None:  # type: ignore[no-untyped-def]
+    """?state=bogus showed an empty list, which reads as "no jobs"; it says what is wrong instead."""
+    failed = _jobs(1, "failed")
+    _jobs(1, "completed")
+    url = reverse("admin:awa_django_job_changelist")
+    page = admin_client.get(url + "?state=bogus")
+    assert page.status_code == 200  # the same URL, not Django's redirect to ?e=1 (which shows every job)
+    [error] = _error_messages(page.content.decode())
+    states = [value for value, _ in STATE_CHOICES]
+    assert error == f"Filter state: 'bogus' is not a job state; the states are {', '.join(states)}.", error
+    assert "available, running" in error and "waiting_external" in error
+    assert "send_email" not in results(page.content.decode())  # nothing can match: no rows
+
+    [misspelt] = _error_messages(admin_client.get(url + "?state=faild").content.decode())
+    assert misspelt.startswith("Filter state: 'faild' is not a job state (did you mean 'failed'?)"), misspelt
+    [raw] = _error_messages(admin_client.get(url + "?state__in=failed,bogus").content.decode())
+    assert raw.startswith("Filter state__in: 'bogus' is not a job state"), raw
+
+    good = admin_client.get(url + "?state=failed").content.decode()
+    assert _error_messages(good) == []
+    assert re.findall(r'class="field-id"><a href="/admin/awa_django/job/(\d+)/change/', results(good)) == [
+        str(failed[0])
+    ]
+    unknown_queue = admin_client.get(url + "?queue=not-yet-used").content.decode()
+    assert _error_messages(unknown_queue) == []  # queues are an open set: an empty list is the answer

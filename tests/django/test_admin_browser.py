@@ -129,6 +129,14 @@ def test_an_operator_works_through_the_admin(awa: None, live_server: Any, page: 
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("send_email")
 
+    # A state misspelt in the address bar is said, not shown as an empty list.
+    page.goto(page.url.replace("state=failed", "state=faild"))
+    expect(page.locator("ul.messagelist")).to_contain_text("Filter state: 'faild' is not a job state")
+    expect(page.locator("ul.messagelist")).to_contain_text("did you mean 'failed'?")
+    page.go_back()
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(1)
+
     # Open it and read its error.
     rows.first.get_by_role("link", name=str(failed)).click()
     errors = page.locator(".awa-error")

@@ -21,7 +21,7 @@ from awa_django.conf import build_schedule, get_settings
 from awa_django.db import database_url
 from awa_django.models import Job, QueueMeta
 
-from .conftest import job_state, wait_for
+from .conftest import job_state, running_worker, wait_for
 from .testapp import tasks
 from .testapp.models import Order
 
@@ -184,6 +184,25 @@ def test_awa_jobs_list_show_retry_cancel_run_now_delete(awa: None) -> None:
     with pytest.raises(CommandError, match="no job"):
         call_command("awa_jobs", "show", "424242")
     assert "retried 0 failed job(s)" in run("awa_jobs", "retry-failed")
+
+
+def test_awa_jobs_show_puts_the_users_frames_first_as_the_admin_does(awa: None) -> None:
+    """``show`` printed the traceback as Python writes it, awa's executor frames first; the admin's
+    job page opens with the user's code. Both now start with the user's frames (cli_core.user_frames)."""
+    job = tasks.always_fails.using(max_attempts=1).enqueue("card declined")
+    with running_worker():
+        wait_for(lambda: job_state(job.id) == "failed")
+    done = manage_done("awa_jobs", "show", str(job.id))
+    assert done.returncode == 0, done.stderr
+    errors = done.stdout.split("errors (1):", 1)[1]
+    frames = [line.strip() for line in errors.splitlines() if line.strip().startswith('File "')]
+    user_file = str(Path(tasks.__file__))
+    assert frames[0].startswith(f'File "{user_file}", line '), errors  # the handler that raised
+    assert frames[0].endswith("in always_fails"), errors
+    assert any("/awa_bridge/" in frame for frame in frames[1:]), errors  # the full traceback follows
+    opening = errors.split("full traceback:", 1)[0].strip().splitlines()[1:]  # after "attempt 1 at ...: ..."
+    assert opening[0].strip() == frames[0] and opening[-1].strip() == "ValueError: card declined", errors
+    assert not any("/awa_bridge/" in line or "/awa_django/" in line for line in opening), errors
 
 
 def test_awa_queues_stats_pause_resume(awa: None) -> None:
