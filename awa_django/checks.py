@@ -49,7 +49,8 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> Iterable[Chec
     if missing:
         messages.append(
             Warning(
-                f"the worker needs {', '.join(missing)}, which is not installed (enqueueing works without it)",
+                f"the worker needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                "installed (enqueueing works without it)",
                 hint=f"pip install {' '.join('psycopg-pool' if m == 'psycopg_pool' else m for m in missing)}"
                 " (awa-bridge's extras [asyncpg,psycopg])",
                 id="awa_django.W002",

@@ -249,13 +249,14 @@ def test_a_job_id_out_of_range_is_named_as_such(db_url: str, command: list[str])
 
 
 def not_installed(tmp_path: Path, module: str) -> Path:
-    """A directory that, first on PYTHONPATH, makes ``import module`` fail as it does where the package
-    is not installed (the same exception, naming the same module)."""
-    package = tmp_path / "absent" / module
-    package.mkdir(parents=True)
-    message = f"No module named {module!r}"
-    (package / "__init__.py").write_text(f"raise ModuleNotFoundError({message!r}, name={module!r})\n")
-    return package.parent
+    """A directory that, first on PYTHONPATH, makes ``module`` absent as an uninstalled package is:
+    ``import`` raises ModuleNotFoundError naming it, and ``importlib.util.find_spec`` returns None
+    (what checks that must not import it ask). A ``sitecustomize`` marks it so in ``sys.modules``."""
+    folder = tmp_path / "absent"
+    folder.mkdir(exist_ok=True)
+    with (folder / "sitecustomize.py").open("a") as marks:
+        marks.write(f"import sys\nsys.modules[{module!r}] = None\n")
+    return folder
 
 
 def test_the_worker_without_asyncpg_says_to_install_it(db_url: str, tmp_path: Path) -> None:

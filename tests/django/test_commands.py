@@ -31,13 +31,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def manage(
-    *args: str, settings: str = "tests.django.project.settings", pythonpath: Path | None = None, **popen
+    *args: str,
+    settings: str = "tests.django.project.settings",
+    pythonpath: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    **popen,
 ) -> subprocess.Popen:
     paths = [str(pythonpath)] if pythonpath is not None else []
     env = {
         **os.environ,
         "AWA_TEST_DATABASE_URL": database_url("default"),
         "PYTHONPATH": os.pathsep.join([*paths, str(REPO)]),
+        **(extra_env or {}),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "django", *args, "--settings", settings],
@@ -83,7 +88,39 @@ def test_awa_worker_runs_jobs_and_stops_gracefully_on_sigterm(awa: None) -> None
     assert "awa worker stopped" in out
     assert "shutting down" in err
     assert "event loop: asyncio.unix_events" in err  # AWA['WORKER']['event_loop'] defaults to asyncio's own
+    assert "periodic jobs declared: nightly_digest (1 new or changed)" in err
     assert Order.objects.filter(confirmed=True).count() == 3
+
+
+def test_awa_worker_deletes_a_schedule_removed_from_settings(awa: None) -> None:
+    """Settings are the truth for AWA['PERIODIC']: the worker started after the last schedule was
+    removed says so and deletes it (and its next fires) from the database."""
+    err = worker_until_schedules({}, ["nightly_digest"])
+    assert "periodic jobs declared: nightly_digest" in err, err
+    err = worker_until_schedules({"AWA_TEST_NO_PERIODIC": "1"}, [])
+    assert "no periodic jobs declared" in err, err
+    assert "periodic jobs no longer declared, deleted: nightly_digest" in err, err
+
+
+def worker_until_schedules(extra_env: dict[str, str], names: list[str]) -> str:
+    """Run ``manage.py awa_worker`` until the declared schedules are ``names``, stop it; its stderr."""
+    worker = manage("awa_worker", "--queue", "default", extra_env=extra_env)
+    try:
+        wait_for(lambda: worker.poll() is not None or cron_names() == names)
+        assert worker.poll() is None, worker.communicate()
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    return err
+
+
+def cron_names() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM awa.cron_jobs ORDER BY name")
+        return [name for (name,) in cursor.fetchall()]
 
 
 def test_awa_worker_refuses_bad_configuration(awa: None) -> None:
@@ -104,10 +141,26 @@ def test_awa_worker_without_asyncpg_says_to_install_it(awa: None, tmp_path: Path
     absent = not_installed(tmp_path, "asyncpg")
     done = manage_done("awa_worker", "--queue", "email:1", pythonpath=absent)
     assert done.returncode == 1, done
-    assert done.stderr.strip().splitlines() == [
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == (
         "CommandError: asyncpg is not installed, and the worker and Client run on it: pip install asyncpg"
         " (or awa-bridge's extra [asyncpg])"
-    ], done.stderr
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert any("(awa_django.W002) the worker needs asyncpg, which is not installed" in line for line in lines)
+
+
+def test_check_says_which_worker_driver_is_missing(tmp_path: Path) -> None:
+    """W002: a project that installed the django extra alone hears, before it starts a worker, what to
+    install (the worker runs on asyncpg and psycopg_pool; enqueueing needs neither)."""
+    from tests.test_user_paths import not_installed
+
+    not_installed(tmp_path, "asyncpg")
+    done = manage_done("check", pythonpath=not_installed(tmp_path, "psycopg_pool"))
+    assert done.returncode == 0, done  # a warning: enqueueing works
+    assert "?: (awa_django.W002) the worker needs asyncpg and psycopg_pool, which are not installed" in done.stderr
+    assert "HINT: pip install asyncpg psycopg-pool (awa-bridge's extras [asyncpg,psycopg])" in done.stderr
+    assert "awa_django.W002" not in manage_done("check").stderr
 
 
 def test_awa_worker_help_explains_itself() -> None:

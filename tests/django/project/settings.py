@@ -70,7 +70,10 @@ DATABASE_ROUTERS = ["awa_django.routers.AwaRouter"]
 AWA = {
     "DATABASE": os.environ.get("AWA_TEST_AWA_DATABASE", "default"),  # "jobs": the two-database set-up
     "QUEUES": {"default": {"max_workers": 4, "poll_interval": 0.2}, "email": {"max_workers": 2, "poll_interval": 0.2}},
-    "PERIODIC": {
+    # AWA_TEST_NO_PERIODIC: a project that has removed its last schedule from settings.
+    "PERIODIC": {}
+    if os.environ.get("AWA_TEST_NO_PERIODIC")
+    else {
         "nightly_digest": {
             "cron": "30 2 * * *",
             "timezone": "Europe/London",
