@@ -139,6 +139,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
+            start_new_session=True,  # a process group of its own, as a terminal or a service manager starts it
         )
         self._reader = threading.Thread(target=self._drain, args=(self.proc,), daemon=True)
         self._reader.start()
@@ -181,6 +182,12 @@ class Worker:
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """``sig`` to the worker and every process it started, as Ctrl-C in a terminal (or a service
+        manager stopping the whole group) sends it."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)
 
     def kill(self) -> None:
         """SIGKILL, and reap."""

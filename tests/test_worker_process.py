@@ -195,6 +195,97 @@ def test_drain_timeout_releases_the_unfinished_job_for_another_worker(
     assert ledger(probe, job_id) == [(1, 1, "a"), (1, 2, "b")]
 
 
+def test_a_sync_handler_told_to_stop_at_the_drain_timeout_finishes_its_clean_up(
+    app_db: str, probe: Probe, workers: Workers
+) -> None:
+    """A released sync handler sees job.cancelled: its thread gets what is left of the grace to return,
+    so the clean-up it does then is not cut off by the process exiting."""
+    queue = unique_queue()
+    env = {"AWA_DRAIN_TIMEOUT": str(DRAIN_TIMEOUT), "AWA_HANG_CLEANUP_SECONDS": "1"}
+    a = workers.start(queue, name="a", env=env).wait_started()
+    [job_id] = enqueue(app_db, "hang", queue)
+    wait_for(lambda: running_with_heartbeat(probe, job_id), 10, "the hang job to run")
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.output
+    assert ledger(probe, job_id) == [(1, 1, "a"), (1, 1, "a:cleaned-up")]
+    assert not a.logged("the handler still runs"), a.output
+    assert job(probe, job_id)["state"] == "available"  # released, its attempt given back
+
+
+def test_a_second_sigterm_releases_the_running_jobs_at_once(app_db: str, probe: Probe, workers: Workers) -> None:
+    """The first SIGTERM drains for drain_timeout (here 60 s); the second one does not wait for it."""
+    queue = unique_queue()
+    a = workers.start(queue, name="a", env={"AWA_DRAIN_TIMEOUT": "60"}).wait_started()
+    [job_id] = enqueue(app_db, "hang", queue)
+    wait_for(lambda: running_with_heartbeat(probe, job_id), 10, "the hang job to run")
+    a.signal(signal.SIGTERM)
+    a.wait_log("draining 1 running job(s) for up to 60.0 s")
+    assert a.logged("send SIGTERM again to release them now")
+    # The maintenance leader stepped down before the drain: a draining worker fires no schedules.
+    assert probe.value("SELECT count(*) FROM awa.maintenance_lease WHERE expires_at > now()") == 0
+    time.sleep(0.5)
+    assert a.alive()
+    started = time.monotonic()
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.output
+    assert time.monotonic() - started < scaled(5), "the second SIGTERM waited for the drain"
+    assert a.logged("received SIGTERM again: releasing the running jobs now")
+    row = job(probe, job_id)
+    assert (row["state"], row["attempt"]) == ("available", 0)
+
+
+def test_process_children_ignore_a_sigint_sent_to_the_whole_group(app_db: str, probe: Probe, workers: Workers) -> None:
+    """Ctrl-C in a terminal reaches every process of the group: the children of the process executor
+    leave it to the worker, which drains: the running attempt finishes, idle children print nothing."""
+    queue = unique_queue()
+    worker = workers.start(f"{queue}:3:executor=process", env={"AWA_BLOCK_SECONDS": "2"}).wait_started()
+    [job_id] = enqueue(app_db, "block_sync", queue)
+    wait_for(lambda: len(ledger(probe, job_id)) == 1, 30, "the job to start in a child")
+    worker.signal_group(signal.SIGINT)
+    assert worker.wait(30) == 0, worker.output
+    row = job(probe, job_id)
+    assert (row["state"], row["attempt"], row["n_errors"]) == ("completed", 1, 0), worker.output
+    assert worker.logged("received SIGINT: shutting down gracefully")
+    assert not worker.logged("KeyboardInterrupt") and not worker.logged("Traceback"), worker.output
+
+
+def test_client_run_in_a_script_without_logging_set_up_shows_the_workers_log(app_db: str, tmp_path: Any) -> None:
+    """``client.run()`` from a plain script (docs/howto/cron.md's way) said nothing at all, not even
+    which schedules it deleted: with no logging set up, awa_bridge's log goes to stderr at INFO."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "jobs.py"
+    script.write_text(
+        "from awa_bridge.worker import Client\n"
+        "client = Client()\n"
+        "@client.task('noop_kind')\n"
+        "def noop(job):\n"
+        "    pass\n"
+        "client.run(['scripted'])\n"
+    )
+    env = {**os.environ, "DATABASE_URL": app_db, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "worker started" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        lines += proc.stderr.readlines()  # to the end: the process has exited
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    assert proc.returncode == 0, "".join(lines)
+    assert any(" INFO awa_bridge.worker: worker started" in line for line in lines), lines
+    assert "worker stopped" in lines[-1], lines
+
+
 # -- C. crash recovery --------------------------------------------------------------
 
 

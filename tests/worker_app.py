@@ -9,7 +9,8 @@ connection before the handler goes on:
 - ``ledger``: record and return.
 - ``noop`` (async): nothing, not even a ledger row (the job's own row is the record).
 - ``hang``: record, then wait until ``job.cancelled`` (deadline or drain
-  timeout) while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` (default 2);
+  timeout) while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT`` (default 2); with
+  ``AWA_HANG_CLEANUP_SECONDS``, then sleep that long and record ``<worker>:cleaned-up``;
   from that attempt on it records and completes, so a successor can finish
   what a killed worker left.
 - ``deaf`` (async): record, then, while ``job.attempt < AWA_HANG_UNTIL_ATTEMPT``, sleep
@@ -77,6 +78,7 @@ HANG_UNTIL_ATTEMPT = int(os.environ.get("AWA_HANG_UNTIL_ATTEMPT") or 2)
 TX_MAX_SLEEP = _env_float("AWA_TX_MAX_SLEEP", 0.02)
 BLOCK_SECONDS = _env_float("AWA_BLOCK_SECONDS", 5.0)
 DEAF_SECONDS = _env_float("AWA_DEAF_SECONDS", 60.0)
+CLEANUP_SECONDS = _env_float("AWA_HANG_CLEANUP_SECONDS", 0.0)
 APPLICATION_NAME = f"ledger-{WORKER}"[:63]
 
 client = Client(
@@ -179,6 +181,9 @@ def hang(job: Any) -> None:
         return
     while not job.cancelled:
         time.sleep(0.01)
+    if CLEANUP_SECONDS:  # its own clean-up once told to stop, then a second ledger row says it ended
+        time.sleep(CLEANUP_SECONDS)
+        record(job, f"{WORKER}:cleaned-up")
 
 
 @client.task("deaf")

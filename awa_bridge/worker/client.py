@@ -206,12 +206,20 @@ class Client:
 
         This process is a worker: ``tune_gc`` (default on) tunes its garbage collector for
         that first (``awa_bridge.worker.tune_gc``), and the loop is the one
-        ``event_loop`` names (asyncio's own by default).
+        ``event_loop`` names (asyncio's own by default). Where no logging is set up (no handler
+        on the root or the ``awa_bridge`` logger), awa_bridge's log goes to stderr at INFO.
+        A second SIGTERM / SIGINT releases the jobs still running at once.
         """
         if tune_gc:
             from .gctuning import tune_gc as tune
 
             tune()
+        if not logging.getLogger().handlers and not logging.getLogger("awa_bridge").handlers:
+            # A script that set up no logging would run silent (schedules deleted at start
+            # included): awa_bridge's lines go to stderr at INFO, as the CLI worker prints them.
+            from ..cli_support import configure_logging
+
+            configure_logging("info")
         # Not asyncio.run: its teardown waits for ever for a handler deaf to its cancellation.
         run_to_the_end(self._run_until_signal(queues), loop_factory(self.config.event_loop), EXIT_GRACE)
 
@@ -227,10 +235,20 @@ class Client:
         finally:
             await self.shutdown()
 
-    @staticmethod
-    def _signalled(sig: signal.Signals, stop: asyncio.Event) -> None:
-        log.info("received %s: shutting down gracefully", sig.name)
-        stop.set()
+    def _signalled(self, sig: signal.Signals, stop: asyncio.Event) -> None:
+        """The first SIGTERM / SIGINT drains; the next one releases what still runs at once."""
+        if not stop.is_set():
+            log.info(
+                "received %s: shutting down gracefully; running jobs have up to %.0f s to finish"
+                " (send %s again to release them now)",
+                sig.name,
+                self.config.drain_timeout,
+                sig.name,
+            )
+            stop.set()
+        elif self.runtime is not None:
+            log.warning("received %s again: releasing the running jobs now", sig.name)
+            self.runtime.stop_now()
 
     # -- producing -------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class AttemptState:
     _deadline: float = math.inf  # deadline_at as a time.time() value (set with _claim)
     _runner: Any = None  # the task running its async handler, while it runs
     _expired: bool = False  # its async handler was cancelled at the deadline
+    _released: bool = False  # given up at shutdown and released (a process handler's child is then killed)
 
 
 @dataclass

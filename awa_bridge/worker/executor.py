@@ -235,9 +235,10 @@ async def _invoke_sync(ex: Executor, handler: Handler, ctx: JobContext) -> Any:
         ctx._lingering = work
         work.add_done_callback(_consume)
         raise DeadlineExceeded(DEADLINE_MESSAGE) from None
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # released at shutdown: the handler sees job.cancelled
         ctx._cancelled = True
-        work.cancel()
+        ctx._lingering = work  # its thread may run on: the release gives it a grace to return
+        work.add_done_callback(_consume)
         raise
 
 

@@ -67,7 +67,7 @@ class HeldAttempts:
         with self.lock:
             mine = [c for c in self.by_id.values() if c._task in tasks]
             for ctx in mine:
-                ctx._cancelled = True
+                ctx._cancelled = ctx._released = True
             return mine
 
     def forget(self, ids: list[int]) -> None:

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import multiprocessing
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -69,9 +70,15 @@ class ChildKilled(Exception):
 
 def _child_main(conn: Any, initializer: Callable[[], Any] | None = None) -> None:
     """A child's loop: run the pool's initializer, say it is ready, then run one attempt per message
-    until the pipe closes or says stop. An initializer that fails is logged; the attempts then say why."""
+    until the pipe closes or says stop. An initializer that fails is logged; the attempts then say why.
+
+    The child ignores SIGINT and SIGTERM: a terminal's Ctrl-C and a service manager's SIGTERM reach
+    the whole process group, and the worker, which drains, decides when its children end (it
+    retires idle ones and kills busy ones once their attempts are released)."""
     from .executor import outcome_for
 
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     if initializer is not None:
         try:
             initializer()
@@ -95,11 +102,31 @@ def _child_main(conn: Any, initializer: Callable[[], Any] | None = None) -> None
         conn.send((answer, job.progress, job._progress_dirty, job._metadata_patch, job._result_json))
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _start(process: Any) -> None:
+    """Start a child that ignores SIGINT and SIGTERM from its first instruction: an ignored signal
+    stays ignored across exec, so from the main thread (the worker's start warms its children
+    there) the child is spawned with them ignored for that moment. Elsewhere (a replacement, from a
+    handler thread, where no signal can be changed) it ignores them once ``_child_main`` runs, after
+    its interpreter's start-up."""
+    if threading.current_thread() is not threading.main_thread():
+        process.start()
+        return
+    saved = [signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS]
+    try:
+        process.start()
+    finally:
+        for sig, handler in zip(_STOP_SIGNALS, saved, strict=True):
+            signal.signal(sig, handler)
+
+
 class _Child:
     def __init__(self, context: Any, name: str, initializer: Callable[[], Any] | None) -> None:
         self.conn, child_conn = context.Pipe()
         self.process = context.Process(target=_child_main, args=(child_conn, initializer), name=name, daemon=True)
-        self.process.start()
+        _start(self.process)
         child_conn.close()
         self.tasks = 0
         self.ready = False
@@ -127,6 +154,7 @@ class ProcessPool:
         self.initializer = initializer  # run first in each child (picklable), before it is ready
         self._context = multiprocessing.get_context("spawn")
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
+        self._busy: set[_Child] = set()  # running an attempt: killed at shutdown (they ignore SIGTERM)
         self._lock = threading.Lock()
         self._spawned = 0
         self.closed = False
@@ -162,6 +190,16 @@ class ProcessPool:
             child.kill()
             child = self._spawn()
             child.conn.send(message)
+        with self._lock:
+            self._busy.add(child)
+        try:
+            return self._answer(child, job, timeout)
+        finally:
+            with self._lock:
+                self._busy.discard(child)
+
+    def _answer(self, child: _Child, job: JobContext, timeout: float | None) -> Carried:
+        """What the child running ``job`` sends back; then the child is idle again (or retired)."""
         try:
             if not child.ready:  # a fresh child: its start-up does not count against the timeout
                 self._wait(child, job, None)
@@ -188,28 +226,33 @@ class ProcessPool:
             left = None if deadline is None else deadline - time.monotonic()
             if child.conn.poll(POLL_SLICE if left is None else max(0.0, min(left, POLL_SLICE))):
                 return
-            if job._lost:  # rescued or cancelled elsewhere (the heartbeat thread said so)
-                child.kill()
-                self._replace()
-                raise ChildKilled("the attempt was superseded; its process was killed", False)
             if deadline is not None and time.monotonic() >= deadline:
                 child.kill()
                 self._replace()
                 raise ChildKilled(f"the handler ran past its deadline ({timeout:.1f} s); its process was killed", True)
+            if job._lost or job._released:  # superseded elsewhere, or released at shutdown
+                child.kill()
+                self._replace()
+                raise ChildKilled("the attempt was superseded or released; its process was killed", False)
 
     def _replace(self) -> None:
         if not self.closed:
             self._idle.put(self._spawn())
 
     def shutdown(self) -> None:
-        """Stop the idle children; busy ones are daemons and end with the worker."""
+        """Stop the idle children and kill the busy ones: called once the drain is over, when every
+        attempt still running in a child has been released (a child ignores SIGTERM, so it would
+        otherwise outlive the worker, or hold up its exit)."""
         self.closed = True
         while True:
             try:
-                child = self._idle.get_nowait()
+                self._idle.get_nowait().retire()
             except queue.Empty:
-                return
-            child.retire()
+                break
+        with self._lock:
+            busy = list(self._busy)
+        for child in busy:
+            child.kill()
 
 
 def apply_carried(job: JobContext, carried: Carried) -> Outcome:

@@ -95,6 +95,7 @@ class Runtime:
         self.pools = HandlerPools(database_url, {name: state.config for name, state in self.queues.items()})
         self.maintenance: Maintenance | None = None
         self.started = False
+        self.cut_short = asyncio.Event()  # set by stop_now: the drain ends at once
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -223,6 +224,10 @@ class Runtime:
         for producer in self.producers:
             producer.stop()
         await asyncio.gather(*self.producer_tasks, return_exceptions=True)
+        if self.maintenance is not None:
+            # Leadership goes first: a draining worker fires no more cron schedules, and another
+            # worker takes over maintenance without waiting for this one's drain.
+            await asyncio.to_thread(self.maintenance.stop)
         running = list(self.attempts)
         log.info(
             "shutting down: no more claims; draining %d running job(s) for up to %.1f s",
@@ -230,21 +235,34 @@ class Runtime:
             timeout,
         )
         if running:
-            _, pending = await asyncio.wait(running, timeout=timeout)
+            pending = await self._drain(running, timeout)
             if pending:
                 await self._release(pending)
         await self.completer.drain()
         self.stopping.set()
         await asyncio.gather(*self.services, return_exceptions=True)
         self.completer.close()  # what a handler left running returns later is not written
-        if self.maintenance is not None:
-            await asyncio.to_thread(self.maintenance.stop)
         await asyncio.to_thread(self.heartbeat.stop)
         self.threads.shutdown()
         await self.pool.close(POOL_CLOSE_TIMEOUT)
         await self.pools.close(POOL_CLOSE_TIMEOUT)
         self.started = False
         log.info("worker stopped")
+
+    def stop_now(self) -> None:
+        """Cut the drain short (a second SIGINT / SIGTERM): the running attempts are released now."""
+        self.cut_short.set()
+
+    async def _drain(self, running: list[asyncio.Task[Any]], timeout: float) -> set[asyncio.Task[Any]]:
+        """Wait for ``running`` to end, ``timeout`` seconds at most, or until ``stop_now``; what still runs."""
+        everything = asyncio.ensure_future(asyncio.wait(running))
+        cut = asyncio.ensure_future(self.cut_short.wait())
+        try:
+            await asyncio.wait((everything, cut), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            everything.cancel()  # only the waiting: asyncio.wait leaves the attempts alone
+            cut.cancel()
+        return {task for task in running if not task.done()}
 
     async def _release(self, pending: set[asyncio.Task[Any]]) -> None:
         """Give up the attempts still running at the drain timeout: cancel them, release their jobs
@@ -263,16 +281,24 @@ class Runtime:
             except Exception as exc:
                 log.warning("could not release %d job(s) (%s); rescue will recover them", len(held), exc)
             self.held.forget([job_id for job_id, _ in held])
+        grace_end = self.loop.time() + CANCEL_GRACE
         _, deaf = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+        # A sync handler's task ends at once; its thread runs on until the handler sees job.cancelled
+        # and returns: it gets what is left of the grace too, so its clean-up is not cut off.
+        threads = [ctx._lingering for ctx in given_up if ctx._lingering is not None and not ctx._lingering.done()]
+        if threads:
+            await asyncio.wait(threads, timeout=max(0.0, grace_end - self.loop.time()))
         still = [ctx for ctx in given_up if ctx._task in deaf]
         for ctx in still:  # named for the loop's teardown, which may still find it running
             ctx._task.set_name(f"awa job {ctx.id}")
-        if deaf:
+        still += [ctx for ctx in given_up if ctx._lingering is not None and not ctx._lingering.done()]
+        if still:
             log.warning(
-                "job(s) %s: the handler still runs %.0f s after its cancellation (it caught CancelledError and"
-                " went on); the worker stops without it. Its attempt was released: run_lease fences what it"
-                " writes, and its outcome is not recorded",
-                ", ".join(str(ctx.id) for ctx in still) or "?",
+                "job(s) %s: the handler still runs %.0f s after it was told to stop (an async one caught"
+                " CancelledError and went on, a sync one did not look at job.cancelled); the worker stops"
+                " without it. Its attempt was released: run_lease fences what it writes, and its outcome is"
+                " not recorded",
+                ", ".join(str(ctx.id) for ctx in still),
                 CANCEL_GRACE,
             )
 
