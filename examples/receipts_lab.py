@@ -49,7 +49,11 @@ In the database (a refund row):
 
 Everything runs in a throwaway database created on the server (dropped at
 the end; ``--keep`` keeps it). Worker timings: heartbeat 0.1 s, staleness
-0.5 s, rescue every 0.2 s, so the lab takes a few seconds.
+0.5 s, rescue every 0.2 s, so the lab takes a few seconds. Ctrl-C stops the
+processes it started, drops the database and exits 130.
+
+Needs the example dependencies: ``pip install -e '.[examples]'`` from the
+repository root.
 """
 
 from __future__ import annotations
@@ -71,10 +75,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+try:
+    import psycopg
 
-import awa_bridge
-from awa_bridge.embedded import database_url_or_embedded
+    import awa_bridge
+    from awa_bridge.embedded import database_url_or_embedded
+except ModuleNotFoundError as missing:
+    sys.exit(
+        f"error: {missing.name} is not installed: from the repository root run pip install -e '.[examples]' "
+        "(awa-bridge with the example dependencies), then run the lab again"
+    )
 
 EXAMPLES = Path(__file__).resolve().parent
 SCHEMA = "receipts_lab"
@@ -137,6 +147,7 @@ CASES = [
     ),
 ]
 BY_NAME = {case.name: case for case in CASES}
+FINAL = {"waiting_external", "failed", "completed", "cancelled"}
 
 LAB_TABLES = f"""
 DROP SCHEMA IF EXISTS {SCHEMA} CASCADE;
@@ -196,6 +207,7 @@ class Lab:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.provider: subprocess.Popen[bytes] | None = None
         self.provider_url = ""
+        self.settled: dict[int, datetime] = {}  # when the lab first saw each job in a final state
 
     def close(self) -> None:
         for proc in [*self.workers, self.provider]:
@@ -242,8 +254,11 @@ class Lab:
 
     # -- steps ---------------------------------------------------------------------
 
-    def note(self, event: str, detail: str = "") -> None:
-        self.conn.execute(f"INSERT INTO {SCHEMA}.trace (event, detail) VALUES (%s, %s)", (event, detail))
+    def note(self, event: str, detail: str = "", case: str | None = None) -> None:
+        """A lab line: in every case's trace, or only in ``case``'s."""
+        self.conn.execute(
+            f"INSERT INTO {SCHEMA}.trace (case_name, event, detail) VALUES (%s, %s, %s)", (case, event, detail)
+        )
 
     def enqueue(self, case: Case, kind: str | None = None) -> None:
         args = {"case": case.name, "order": order_of(case.name), "amount_cents": AMOUNT, **case.args}
@@ -263,7 +278,10 @@ class Lab:
 
     def state(self, case: str, index: int = 0) -> str:
         job_id = self.jobs[case][index]
-        return str(self.row("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,))[0])
+        state, now = self.row("SELECT state::text, clock_timestamp() FROM awa.jobs WHERE id = %s", (job_id,))
+        if state in FINAL:
+            self.settled.setdefault(job_id, now)
+        return str(state)
 
     def traced(self, case: str, event: str) -> bool:
         row = self.conn.execute(
@@ -296,16 +314,17 @@ class Lab:
         self.conn.execute(
             f"UPDATE {SCHEMA}.orders SET amount_cents = %s WHERE order_id = %s", (EDITED_AMOUNT, order_of("g"))
         )
-        self.note("lab: edited order G", f"amount {AMOUNT} -> {EDITED_AMOUNT}: the receipt email's payload changes")
+        edited = f"amount {AMOUNT} -> {EDITED_AMOUNT}: the receipt email's payload changes"
+        self.note("lab: edited order G", edited, case="g")
         self.enqueue(BY_NAME["g"], kind="lab_email_keyed")
-        self.note("lab: enqueued a second job for (g)", "lab_email_keyed: the same key sent straight to the provider")
+        second_job = f"job {self.jobs['g'][-1]}, lab_email_keyed: the same key sent straight to the provider"
+        self.note("lab: enqueued a second job for (g)", second_job, case="g")
         second = self.start_worker()
-        final = {"waiting_external", "failed", "completed", "cancelled"}
         wait_for(
             "every job rescued and settled by worker 2",
             lambda: (
                 self.running(second, "worker2")
-                and all(self.state(name, i) in final for name, ids in self.jobs.items() for i in range(len(ids)))
+                and all(self.state(name, i) in FINAL for name, ids in self.jobs.items() for i in range(len(ids)))
             ),
         )
         second.send_signal(signal.SIGTERM)
@@ -380,10 +399,11 @@ class Lab:
         return results
 
     def trace_lines(self, case: str, jobs: list[dict[str, Any]], started: datetime) -> list[str]:
-        lines: list[tuple[datetime, str]] = [
-            (at, f"{'attempt ' + str(attempt) if attempt else '':<9} {event}: {detail}".rstrip(": "))
-            for at, attempt, event, detail in self.conn.execute(
-                f"SELECT at, attempt, event, detail FROM {SCHEMA}.trace "
+        """The case's lines in time order, each naming its job (and attempt); lab lines name none."""
+        lines: list[tuple[datetime, str, str]] = [
+            (at, who(job_id, attempt), f"{event}: {detail}".rstrip(": "))
+            for at, job_id, attempt, event, detail in self.conn.execute(
+                f"SELECT at, job_id, attempt, event, detail FROM {SCHEMA}.trace "
                 "WHERE case_name = %s OR case_name IS NULL ORDER BY at, id",
                 (case,),
             )
@@ -392,17 +412,29 @@ class Lab:
             for error in job["errors"]:
                 if error["type"] in ("HeartbeatStale", "DeadlineExceeded"):
                     at = datetime.fromisoformat(error["at"])
-                    lines.append(
-                        (at, f"{'attempt ' + str(error['attempt']):<9} rescued by maintenance: {error['error']}")
-                    )
-            if job["finalized_at"] is not None:
-                text = f"job {job['id']} acknowledged: {job['state']}"
-                if BY_NAME[case].kind == "lab_refund_transactional":
-                    # finalized_at is now(): when the completion transaction began, not when it committed.
-                    text = f"job {job['id']} completion transaction began (it commits with the refund)"
-                lines.append((job["finalized_at"], f"{'':<9} {text}"))
+                    lines.append((at, who(job["id"], error["attempt"]), f"rescued by maintenance: {error['error']}"))
+            if job["finalized_at"] is None:
+                continue
+            if BY_NAME[case].kind != "lab_refund_transactional":
+                lines.append((job["finalized_at"], who(job["id"]), f"acknowledged: {job['state']}"))
+                continue
+            # A transactional handler runs INSIDE the transaction that completes its job, and finalized_at
+            # is that transaction's now(): when it began, before the handler started. Its commit time is not
+            # recorded; the lab shows when it first saw the job completed.
+            began = "completion transaction began (the handler runs inside it; it commits with the refund)"
+            lines.append((job["finalized_at"], who(job["id"], job["attempt"]), began))
+            if job["id"] in self.settled:
+                seen = f"acknowledged: {job['state']}, the refund committed with it (seen by the lab)"
+                lines.append((self.settled[job["id"]], who(job["id"]), seen))
         lines.sort(key=lambda line: line[0])
-        return [f"+{(at - started).total_seconds():6.3f}s  {text}" for at, text in lines]
+        width = max(len(name) for _, name, _ in lines)
+        return [f"+{(at - started).total_seconds():6.3f}s  {name:<{width}}  {text}" for at, name, text in lines]
+
+
+def who(job_id: int | None, attempt: int | None = None) -> str:
+    if job_id is None:
+        return ""
+    return f"job {job_id}" + (f" attempt {attempt}" if attempt else "")
 
 
 def cell(value: int | None) -> str:
@@ -437,18 +469,33 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of a table")
     parser.add_argument("--trace", action="store_true", help="also print every case's trace")
     ns = parser.parse_args()
-    say: Callable[[str], None] = (lambda text: print(text, file=sys.stderr)) if ns.json else print
+    out = sys.stderr if ns.json else sys.stdout
+    say: Callable[[str], None] = lambda text: print(text, file=out, flush=True)  # noqa: E731
 
-    server_url, server = database_url_or_embedded()
-    name = f"receipts_lab_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = with_dbname(server_url, name)
-    say(f"receipts lab on database {name} ({'embedded PostgreSQL' if server else 'DATABASE_URL'})")
-    say("worker timings: heartbeat 0.1 s, staleness 0.5 s, rescue every 0.2 s")
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # Ctrl-C: a terminal sends SIGINT to the whole process group, so the workers and the provider
+        # get it too. Whatever the lab was doing then (even a worker found gone) is the interruption;
+        # a second Ctrl-C does not cut the cleanup short.
+        nonlocal interrupted
+        interrupted = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    server_url, server, name, created = "", None, "", False
     lab = None
     started = time.monotonic()
     try:
+        server_url, server = database_url_or_embedded()
+        name = f"receipts_lab_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        created = True
+        url = with_dbname(server_url, name)
+        say(f"receipts lab on database {name} ({'embedded PostgreSQL' if server else 'DATABASE_URL'})")
+        say("worker timings: heartbeat 0.1 s, staleness 0.5 s, rescue every 0.2 s")
         awa_bridge.migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(LAB_TABLES)
@@ -464,16 +511,28 @@ def main() -> int:
             print_table(results, ns.trace)
             print(f"\nran in {seconds} s")
         return 0 if all(result["as_expected"] for result in results.values()) else 1
+    except BaseException:
+        if not interrupted:
+            raise
+        return 130  # the finally below cleans up, then says so
     finally:
+        done = []
         if lab is not None:
             lab.close()
-        if ns.keep:
-            say(f"kept database {name}")
-        else:
+            done.append("stopped the workers and the mail provider")
+        if created and ns.keep:
+            done.append(f"kept database {name}")
+            if not interrupted:
+                say(f"kept database {name}")
+        elif created:
             with psycopg.connect(server_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            done.append(f"dropped database {name}")
         if server is not None:
             server.cleanup()
+            done.append("stopped the embedded PostgreSQL")
+        if interrupted:
+            print(f"interrupted: {', '.join(done) or 'nothing to clean up'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ reader is assumed to have: ``url`` (a migrated database, also in
 
 A line ``<!-- doc-test: NAME ... -->`` right before a block's fence adds a
 fixture of the ``PROFILES`` below (the rendered Markdown does not show it);
-``<!-- illustration -->`` marks a block that only illustrates (a file of
-another project, a configuration excerpt) and is not run. Keep those few.
+``<!-- doc-test: standalone -->`` runs a block that a reader would copy on
+its own in a fresh namespace (only ``url``, ``DATABASE_URL``, ``email`` and
+its other profiles), so a name it uses without importing or defining it fails
+here as it would for the reader; ``<!-- illustration -->`` marks a block that
+only illustrates (a file of another project, a configuration excerpt) and is
+not run. Keep those few.
 """
 
 from __future__ import annotations
@@ -320,33 +324,49 @@ def run_block(block: Block, ns: dict[str, Any], loop: asyncio.AbstractEventLoop)
         parse_settings(ns["AWA"])
 
 
+STANDALONE = "standalone"
+
+
+def reader_module(name: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A real module (dataclasses and task kinds look their module up) holding what a reader is assumed to have."""
+    module = types.ModuleType(name)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    module.__dict__.update(url=db_url, DATABASE_URL=db_url, email="ada@example.com")
+    return module.__dict__
+
+
 @pytest.fixture
 def doc_namespace(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """A real module (dataclasses and task kinds look their module up), its globals the namespace."""
+    """The document's namespace: a real module's globals."""
     monkeypatch.setenv("DATABASE_URL", db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(ORDERS)
-    module = types.ModuleType("docs_example")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    module.__dict__.update(url=db_url, DATABASE_URL=db_url, email="ada@example.com")
-    yield module.__dict__
+    yield reader_module("docs_example", db_url, monkeypatch)
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_python_block_runs(document: str, doc_namespace: dict[str, Any], request: pytest.FixtureRequest) -> None:
     loop = asyncio.new_event_loop()
+    namespaces = [doc_namespace]
     try:
         for block in blocks(document):
             if block.illustration:
                 continue
+            ns = doc_namespace
+            if STANDALONE in block.profiles:
+                name = f"docs_example_line_{block.line}"
+                ns = reader_module(name, doc_namespace["url"], request.getfixturevalue("monkeypatch"))
+                namespaces.append(ns)
             for profile in block.profiles:
-                PROFILES[profile](doc_namespace, request)
+                if profile != STANDALONE:
+                    PROFILES[profile](ns, request)
             try:
-                run_block(block, doc_namespace, loop)
+                run_block(block, ns, loop)
             except Exception as exc:
                 raise AssertionError(f"{block.document}:{block.line}: {type(exc).__name__}: {exc}") from exc
     finally:
-        _close_leftovers(doc_namespace, loop)
+        for ns in namespaces:
+            _close_leftovers(ns, loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 

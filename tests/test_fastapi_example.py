@@ -92,10 +92,13 @@ def service(make_database, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, 
         env,
         tmp_path / "web.log",
     )
+    # As the example's README starts it "in another terminal": no DATABASE_URL there, --database-url instead.
+    worker_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
+    command = ["worker", "examples.fastapi_app.worker:client", "--database-url", url, "--poll-interval", "0.2"]
     worker = Process(
         "worker",
-        [sys.executable, "-m", "awa_bridge", "worker", "examples.fastapi_app.worker:client", "--poll-interval", "0.2"],
-        env,
+        [sys.executable, "-m", "awa_bridge", *command],
+        worker_env,
         tmp_path / "worker.log",
     )
     processes = [web, worker]
@@ -163,3 +166,17 @@ def test_orders_are_confirmed_by_the_worker_over_http(service) -> None:
         kinds = conn.execute("SELECT DISTINCT kind FROM awa.jobs").fetchall()
     assert stock == {"book": 95, "lamp": 4, "chair": 2}
     assert kinds == [("send_order_confirmation",)]
+
+
+@pytest.mark.parametrize("field", ["email", "item"])
+def test_a_nul_character_in_an_order_is_a_422_not_a_500(service, field: str) -> None:
+    """PostgreSQL text cannot store NUL: the app refuses it with a 422 naming the field; nothing is written."""
+    client, url, _ = service
+    body = {"email": "ada@example.com", "item": "book", "quantity": 1}
+    body[field] = body[field].replace("@" if field == "email" else "o", "\x00@" if field == "email" else "\x00", 1)
+    response = client.post("/orders", json=body)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", field] and "NUL character" in error["msg"], error
+    assert counts(url) == (0, 0)
+    assert client.post("/orders", json={"email": "ada@example.com", "item": "book", "quantity": 1}).status_code == 201

@@ -1,10 +1,11 @@
 """PgBouncer in transaction mode in front of the test database (docs/howto/scaling.md).
 
 Each test starts its own ``pgbouncer`` process (``pool_mode = transaction``)
-on a free port against the server the suite uses, and is skipped, saying so,
-when no ``pgbouncer`` binary is installed (Debian: ``apt-get install
-pgbouncer``; ``.ci/run`` installs it) or when the server is only reachable
-through a socket directory (the embedded one). What the how-to promises, checked the way it is written there:
+on a free port against the server the suite uses (a TCP server from
+``DATABASE_URL``, or the embedded one through its socket directory), and is
+skipped, saying so, when no ``pgbouncer`` binary is installed (Debian:
+``apt-get install pgbouncer``; ``.ci/run`` installs it). What the how-to
+promises, checked the way it is written there:
 
 * application code enqueues through PgBouncer with the driver settings the
   how-to gives (asyncpg ``statement_cache_size=0``, psycopg
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -71,11 +73,8 @@ def bouncer_url(db_url: str) -> Iterator[str]:
     dbname = target.path.lstrip("/")
     query = dict(parse_qsl(target.query))
     host = target.hostname or query.get("host", "127.0.0.1")
-    if host.startswith("/"):
-        pytest.skip(
-            "PgBouncer here connects over TCP: the server is reached through a socket directory "
-            "(the embedded one); set DATABASE_URL to a TCP server (the CI's PostgreSQL 15 service)"
-        )
+    # PgBouncer reaches a socket directory (the embedded server's, mode 0700) as that directory's owner.
+    run_as = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
     server_port = target.port or int(query.get("port", 5432))
     user = target.username or "postgres"
     port = _free_port()
@@ -96,7 +95,7 @@ def bouncer_url(db_url: str) -> Iterator[str]:
             (directory / name).chmod(0o644)
         command = [str(PGBOUNCER), str(directory / "pgbouncer.ini")]
         if os.geteuid() == 0:
-            command[1:1] = ["-u", "nobody"]  # pgbouncer refuses to run as root
+            command[1:1] = ["-u", run_as]  # pgbouncer refuses to run as root
         log = directory / "pgbouncer.log"
         with log.open("w") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -397,11 +400,29 @@ def test_receipts_lab_every_case_with_a_real_worker_killed_by_sigkill(server_url
     def trace(case: str) -> str:
         return "\n".join(results[case]["trace"])
 
+    def at(case: str, pattern: str) -> int:
+        found = re.search(pattern, trace(case))
+        assert found, (pattern, trace(case))
+        return found.start()
+
     for case in ("b", "c", "d", "e", "g", "db-b", "db-c", "h"):
         assert "in the crash window" in trace(case) and "rescued by maintenance: heartbeat stale" in trace(case)
-        assert trace(case).index("lab: SIGKILL worker 1") < trace(case).index("attempt 2 handler started")
+        [job_id] = [job["id"] for job in results[case]["jobs"][:1]]
+        assert at(case, "lab: SIGKILL worker 1") < at(case, rf"job {job_id} attempt 2 +handler started")
+    # Every line a job wrote names that job; the lab's lines about (g) are in (g)'s trace only.
+    for case, result in results.items():
+        for line in result["trace"]:
+            assert re.match(r"\+ *[\d.]+s  (job \d+ |\s+lab: )", line), (case, line)
+        assert ("lab: edited order G" in trace(case)) == (case == "g"), case
+    first, second = (job["id"] for job in results["g"]["jobs"])
+    assert at("g", rf"job {second} attempt 1 +handler started") < at("g", rf"job {first} attempt 2 +handler started")
+    assert re.search(rf"job {second} +acknowledged: failed", trace("g"))
+    # (h): the completion transaction begins before the handler runs in it; the job is then seen completed.
+    [h] = (job["id"] for job in results["h"]["jobs"])
+    began = at("h", rf"job {h} attempt 2 +completion transaction began")
+    assert began < at("h", rf"job {h} attempt 2 +handler started") < at("h", rf"job {h} +acknowledged: completed")
     assert "replayed the original answer" in trace("d") and "receipt resent" in trace("d")
-    assert "outcome unknown" in trace("e") and "attempt 2 provider answered" not in trace("e")
+    assert "outcome unknown" in trace("e") and not re.search("attempt 2 +provider answered", trace("e"))
     assert "receipt conflict" in trace("g") and "422: operation_conflict" in trace("g")
     assert "receipt found" in trace("db-c") and "outcome reused" in trace("db-c")
     for case in ("f", "db-d"):
@@ -421,3 +442,66 @@ def test_receipts_lab_every_case_with_a_real_worker_killed_by_sigkill(server_url
     assert lines[2].split() == ["case", "starts", "requests", "delivered", "db", "effects", "job"]
     row = next(line for line in lines if line.startswith("(d) "))
     assert row.split()[-5:] == ["2", "2", "1", "-", "completed"]
+
+
+def test_receipts_lab_ctrl_c_cleans_up_and_says_so_in_one_line(server_url: str, tmp_path: Path) -> None:
+    """Ctrl-C in a terminal (SIGINT to the whole process group) while the cases wait at their crash instant."""
+    env = {**os.environ, "DATABASE_URL": server_url}
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "receipts_lab.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        found = re.match(r"receipts lab on database (receipts_lab_\w+) ", first)
+        assert found, first
+        name = found.group(1)
+        lab_url = urlunsplit(urlsplit(server_url)._replace(path="/" + name))
+
+        def in_crash_window() -> bool:
+            try:
+                with psycopg.connect(lab_url, autocommit=True) as conn:
+                    query = "SELECT count(*) FROM receipts_lab.trace WHERE event = 'in the crash window'"
+                    return bool(conn.execute(query).fetchone()[0])
+            except psycopg.Error:  # the lab's tables are not there yet
+                return False
+
+        wait_for(in_crash_window, 30, "a case at its crash instant")
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert time.monotonic() - interrupted < 10
+    assert err == f"interrupted: stopped the workers and the mail provider, dropped database {name}\n", err
+    assert "Traceback" not in out
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # no worker or provider left in its process group
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,)).fetchone()[0] == 0
+
+
+def test_receipts_lab_without_psycopg_says_what_to_install(tmp_path: Path) -> None:
+    """Without the example dependencies: one line saying what to install, not a traceback."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "receipts_lab.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: psycopg is not installed") and "pip install -e '.[examples]'" in done.stderr

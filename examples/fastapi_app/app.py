@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, make_url
@@ -82,6 +82,14 @@ class OrderIn(BaseModel):
     email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=254)
     item: str = Field(min_length=1, max_length=100)
     quantity: int = Field(ge=1, le=100)
+
+    @field_validator("email", "item")
+    @classmethod
+    def no_nul(cls, value: str) -> str:
+        """PostgreSQL text cannot store NUL: refuse it here (422) rather than fail in the INSERT (500)."""
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000), which PostgreSQL cannot store")
+        return value
 
 
 class JobOut(BaseModel):
