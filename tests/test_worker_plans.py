@@ -92,6 +92,8 @@ WORKER_POOL_STATEMENTS: dict[str, dict[str, Any]] = {
     "awa_pg_schema": {},
     "relation_exists": {"name": "awa.bridge_migrations"},
     "applied_migrations": {},
+    # A queue to run that no handler names: is it known (else a warning of a typo)?
+    "queue_known": {"queue": "q"},
 }
 
 # The modules whose statements run on the runtime's pool, and what they hold that runs elsewhere.
