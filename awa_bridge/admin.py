@@ -541,9 +541,9 @@ def _bulk(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 100_000:
         raise ValidationError("batch_size", f"must be an integer from 1 to 100000, got {batch_size!r}")
     if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
-        raise ValidationError("max_jobs", f"must be a positive integer or None, got {max_jobs!r}")
+        raise ValidationError("max_jobs", f"must be a positive integer, got {max_jobs!r}")
     if time_budget is not None and (not isinstance(time_budget, (int, float)) or time_budget <= 0):
-        raise ValidationError("time_budget", f"must be a positive number of seconds or None, got {time_budget!r}")
+        raise ValidationError("time_budget", f"must be a positive number of seconds, got {time_budget!r}")
     id_list: list[int] | None = None
     if ids is not None:
         if state is not None or kind is not None or queue is not None:
@@ -753,7 +753,8 @@ def pause_queue(conn_or_url: Any, queue: str, paused_by: str | None = None) -> N
 
 
 def queue_known(conn_or_url: Any, queue: str) -> bool:
-    """Whether a job, a pause or a live worker has used ``queue`` (for refusing a typo'd name)."""
+    """Whether a job, a pause, a live worker or recorded throughput (``awa.queue_rollups``) has used
+    ``queue`` (for refusing a typo'd name)."""
     _check_queue(queue)
     return bool(_run(conn_or_url, _Op("queue_known", {"queue": queue}, lambda rows: rows[0]["known"])))
 

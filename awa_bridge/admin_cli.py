@@ -54,10 +54,19 @@ def _run_set(url: str, ns: argparse.Namespace) -> int:
             time_budget=ns.time_budget,
             should_stop=lambda: bool(interrupted),
         )
+    except ValidationError as exc:
+        if exc.field not in _BOUND_FLAGS:
+            raise
+        raise ValidationError(_BOUND_FLAGS[exc.field], exc.message) from None  # the flag the user typed
     finally:
         signal.signal(signal.SIGINT, previous)
     print(result.summary())
-    return 0 if result.complete or result.stopped == "max_jobs" else 1
+    # A bound the user set (--max-jobs, --time-budget) that was reached is not an error; Ctrl-C is.
+    return 1 if result.stopped == "interrupted" else 0
+
+
+#: The bulk operations' arguments the CLI takes as flags, for naming them in an error.
+_BOUND_FLAGS = {"batch_size": "--batch-size", "max_jobs": "--max-jobs", "time_budget": "--time-budget"}
 
 
 def run_job_action(url: str, ns: argparse.Namespace) -> int:

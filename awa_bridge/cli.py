@@ -1,4 +1,4 @@
-"""``python -m awa_bridge``: operate the schema from a shell."""
+"""Operate awa from a shell: migrate the schema, run a worker, inspect and act on jobs, queues and schedules."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .cli_support import (
     LOG_LEVELS,
     UsageError,
     check_database_url,
+    command_needed,
     configure_logging,
     describe_failure,
 )
@@ -85,9 +86,21 @@ def _cmd_worker(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _check_action(ns: argparse.Namespace, actions: tuple[str, ...]) -> None:
+    """ACTION is checked here, not by argparse's ``choices``, so that a job id given as the ACTION
+    (``jobs 11``) is one line saying how to show it; any other unknown one is argparse's usage error."""
+    if ns.action in actions:
+        return
+    if ns.command == "jobs" and ns.action.isdigit():
+        raise UsageError(f"to show job {ns.action}: python -m awa_bridge jobs --id {ns.action}")
+    choices = ", ".join(repr(a) for a in actions)
+    ns.command_parser.error(f"argument ACTION: invalid choice: {ns.action!r} (choose from {choices})")
+
+
 def _cmd_jobs(ns: argparse.Namespace) -> int:
     from . import cli_core
 
+    _check_action(ns, JOB_ACTIONS)
     url = _database_url(ns.database_url)
     if ns.action != "list":
         from .admin_cli import run_job_action
@@ -103,12 +116,14 @@ def _cmd_jobs(ns: argparse.Namespace) -> int:
 def _cmd_queues(ns: argparse.Namespace) -> int:
     from .admin_cli import run_queue_action
 
+    _check_action(ns, QUEUE_ACTIONS)
     return run_queue_action(_database_url(ns.database_url), ns)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m awa_bridge", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="python -m awa_bridge", description=__doc__)  # plain text
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.set_defaults(func=command_needed("python -m awa_bridge", commands.choices))
     migrate = commands.add_parser(
         "migrate",
         help="apply the awa schema migrations",
@@ -159,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summary; Ctrl-C stops after the current batch. retry-failed [--kind K] [--queue Q] retries "
         "every failed job (see docs/howto/operations.md).",
     )
-    jobs.add_argument("action", nargs="?", default="list", choices=JOB_ACTIONS, metavar="ACTION")
+    jobs.add_argument("action", nargs="?", default="list", metavar="ACTION", help=", ".join(JOB_ACTIONS))
     jobs.add_argument("job_id", nargs="?", type=int, metavar="ID", help="the job an ACTION applies to")
     jobs.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
     jobs.add_argument("--id", type=int, help="show this job in full")
@@ -173,22 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--max-jobs", type=int, metavar="N", help="stop after visiting N jobs (default: no limit)")
     jobs.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop after SECONDS (default: no limit)")
-    jobs.set_defaults(func=_cmd_jobs)
+    jobs.set_defaults(func=_cmd_jobs, command_parser=jobs)
 
     queues = commands.add_parser(
         "queues",
         help="per-queue counts, lag of the oldest available job, pause state; pause / resume / stats",
         description="Without ACTION: list queues. pause|resume NAME stop or restart claiming on a queue; "
-        "stats [NAME] adds completions in the last hour (fast on large tables).",
+        "stats [NAME] the same table, for one queue with NAME (fast on large tables).",
     )
-    queues.add_argument("action", nargs="?", default="list", choices=QUEUE_ACTIONS, metavar="ACTION")
+    queues.add_argument("action", nargs="?", default="list", metavar="ACTION", help=", ".join(QUEUE_ACTIONS))
     queues.add_argument("name", nargs="?", metavar="NAME", help="the queue an ACTION applies to")
     queues.add_argument("--paused-by", help="who pauses (recorded in awa.queue_meta; default cli:<user>)")
     queues.add_argument(
         "--create", action="store_true", help="pause a queue no job or worker has used yet (else refused as a typo)"
     )
     queues.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
-    queues.set_defaults(func=_cmd_queues)
+    queues.set_defaults(func=_cmd_queues, command_parser=queues)
 
     from .cron_cli import add_parser as add_cron_parser
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from . import admin, cron
-from .cli_support import UsageError, error_lines, print_table
+from .cli_support import UsageError, cell, error_lines, print_table
 from .drivers.connect import sync_driver_for
 from .enqueue import row_to_job
 from .errors import JobNotFound, ValidationError
@@ -134,7 +134,8 @@ def pause_queue(
 
 
 def refuse_unknown_queue(target: Any, name: str, configured: Iterable[str], hint: str = "") -> None:
-    """``UsageError`` for a name no job, pause, worker nor ``configured`` has used: a typo, most likely."""
+    """``UsageError`` for a name no job, pause, worker (live, or its recorded throughput) nor ``configured``
+    has used: a typo, most likely."""
     known = set(configured)
     if name not in known and not admin.queue_known(target, name):
         names = sorted(known | {s.queue for s in admin.queue_stats(target)})
@@ -198,6 +199,12 @@ def list_schedules(target: Any, write: Write, warn: Write) -> None:
 
 
 def pause_schedule(target: Any, name: str, write: Write, *, paused_by: str | None) -> None:
+    """Pause ``name``; one already paused is left as it is (its first pause's author and time kept) and said so."""
+    current = cron.get_schedule(target, name)
+    if current.paused_at is not None:
+        by = f" by {current.paused_by}" if current.paused_by else ""
+        write(f"schedule {name} was already paused{by} since {cell(current.paused_at)}; nothing to do")
+        return
     cron.pause_schedule(target, name, paused_by=paused_by)
     write(f"schedule {name} paused")
 

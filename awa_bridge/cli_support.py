@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,16 @@ def database_url(value: str | None) -> str:
         raise UsageError("give --database-url URL or set DATABASE_URL")
     check_database_url(url)
     return url
+
+
+def command_needed(command: str, subcommands: Mapping[str, Any]) -> Callable[[Any], int]:
+    """The ``func`` of a command group typed without its subcommand (``cron``): a one-line
+    ``UsageError`` naming the subcommands, not argparse's "required: <dest>"."""
+
+    def missing(ns: Any) -> int:
+        raise UsageError(f"{command} needs a command: {', '.join(subcommands)} (--help says more)")
+
+    return missing
 
 
 def check_database_url(url: str) -> None:
@@ -157,8 +167,10 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _RECORD_FIELDS and not key.startswith("_"):
                 entry[key] = value
-        if record.exc_info:
-            entry["traceback"] = self.formatException(record.exc_info)
+        # exc_text without exc_info: a traceback already formatted (outcomes.log_outcome)
+        trace = record.exc_text or (self.formatException(record.exc_info) if record.exc_info else None)
+        if trace:
+            entry["traceback"] = trace
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from . import cli_core, cron, cron_edit
-from .cli_support import database_url
+from .cli_support import UsageError, command_needed, database_url
 from .errors import ValidationError
 
 #: The options of ``create`` / ``edit``: (flag, dest, help); the dest is the PeriodicJob field
@@ -42,8 +42,13 @@ def add_definition_arguments(parser: Any) -> None:
 
 
 def schedule_from_options(name: str, options: dict[str, Any], current: cron.ScheduleInfo | None) -> cron.PeriodicJob:
-    """The ``PeriodicJob`` the options describe (over ``current`` for an edit); ``ValidationError`` names the flag."""
+    """The ``PeriodicJob`` the options describe (over ``current`` for an edit); ``ValidationError`` names the flag.
+
+    An edit without any option is refused (``UsageError``): it would change nothing."""
     values: dict[str, Any] = {}
+    if current is not None and all(options.get(dest) is None for _, dest, _ in DEFINITION_OPTIONS):
+        flags = ", ".join(flag for flag, _, _ in DEFINITION_OPTIONS)
+        raise UsageError(f"give at least one option to change ({flags}); schedule {name!r} is unchanged")
     if current is not None:
         values = {_field(dest): getattr(current, _field(dest)) for _, dest, _ in DEFINITION_OPTIONS}
         values.update(tags=list(current.tags), metadata=current.metadata)
@@ -126,7 +131,8 @@ def add_parser(commands: Any) -> None:
         "Schedules declared in settings or code are changed there (a worker starting without one deletes it); "
         "create / edit / delete are for database-only schedules.",
     )
-    actions = parser.add_subparsers(dest="cron_command", required=True)
+    actions = parser.add_subparsers(dest="cron_command", metavar="COMMAND")
+    parser.set_defaults(func=command_needed("cron", actions.choices))
 
     def action(name: str, func: Any, help_text: str, with_name: bool = True) -> argparse.ArgumentParser:
         sub = actions.add_parser(name, help=help_text, description=help_text)

@@ -23,7 +23,7 @@ from .args import canonical_json, coerce_args, plain_args
 from .conntypes import AsyncConnection, SyncConnection
 from .drivers import detect_async, detect_sync, is_async_connection
 from .drivers.base import AsyncDriver, Row, RowLike, SyncDriver
-from .errors import UniqueConflict, ValidationError, constraint_of, sqlstate_of
+from .errors import UniqueConflict, ValidationError, constraint_of, missing_schema, sqlstate_of
 from .foreign import UNIQUE_BULK_REFUSAL, check_async, check_sync
 from .sql import QUERIES, Query
 from .types import InsertManyResult, Job, JobState
@@ -307,10 +307,11 @@ def row_to_job(row: Row) -> Job:
 
 
 def _translate(exc: Exception, unique_key: bytes | None) -> Exception | None:
-    """Map a driver error to ours (23505 → UniqueConflict), or None to re-raise as is."""
+    """Map a driver error to ours (23505 → UniqueConflict, a missing awa table or type →
+    SchemaNotMigrated), or None to re-raise as is. Called on the error path only."""
     if sqlstate_of(exc) == "23505":
         return UniqueConflict(unique_key, constraint_of(exc), str(exc).strip())
-    return None
+    return missing_schema(exc)
 
 
 #: The options of insert_job and insert_many: prepare_job's keywords.
@@ -629,15 +630,19 @@ def _insert_many_on(driver: SyncDriver, bulk: _BulkRows) -> InsertManyResult:
     if not bulk.rows:
         return InsertManyResult(inserted=0, skipped_duplicates=0)
     inserted = len(bulk.rows)
-    for step, target in _bulk_plan(bulk.any_unique):
-        if step == "copy":
-            driver.copy_rows(target, bulk.columns, bulk.rows)
-        elif step == "guard":
-            check_sync(driver, target)
-        elif step == "count":
-            inserted = int(driver.fetch_all(QUERIES[target])[0]["inserted"])
-        else:
-            driver.fetch_all(QUERIES[target])
+    try:
+        for step, target in _bulk_plan(bulk.any_unique):
+            if step == "copy":
+                driver.copy_rows(target, bulk.columns, bulk.rows)
+            elif step == "guard":
+                check_sync(driver, target)
+            elif step == "count":
+                inserted = int(driver.fetch_all(QUERIES[target])[0]["inserted"])
+            else:
+                driver.fetch_all(QUERIES[target])
+    except Exception as exc:
+        _raise_missing_schema(exc)
+        raise
     return InsertManyResult(inserted=inserted, skipped_duplicates=len(bulk.rows) - inserted)
 
 
@@ -645,13 +650,24 @@ async def _insert_many_async(driver: AsyncDriver, bulk: _BulkRows) -> InsertMany
     if not bulk.rows:
         return InsertManyResult(inserted=0, skipped_duplicates=0)
     inserted = len(bulk.rows)
-    for step, target in _bulk_plan(bulk.any_unique):
-        if step == "copy":
-            await driver.copy_rows(target, bulk.columns, bulk.rows)
-        elif step == "guard":
-            await check_async(driver, target)
-        elif step == "count":
-            inserted = int((await driver.fetch_all(QUERIES[target]))[0]["inserted"])
-        else:
-            await driver.fetch_all(QUERIES[target])
+    try:
+        for step, target in _bulk_plan(bulk.any_unique):
+            if step == "copy":
+                await driver.copy_rows(target, bulk.columns, bulk.rows)
+            elif step == "guard":
+                await check_async(driver, target)
+            elif step == "count":
+                inserted = int((await driver.fetch_all(QUERIES[target]))[0]["inserted"])
+            else:
+                await driver.fetch_all(QUERIES[target])
+    except Exception as exc:
+        _raise_missing_schema(exc)
+        raise
     return InsertManyResult(inserted=inserted, skipped_duplicates=len(bulk.rows) - inserted)
+
+
+def _raise_missing_schema(exc: Exception) -> None:
+    """Raise ``SchemaNotMigrated`` from ``exc`` when it is about a missing awa table or type."""
+    schema = missing_schema(exc)
+    if schema is not None:
+        raise schema from exc

@@ -94,14 +94,14 @@ _UNDEFINED = {"42P01", "42704", "42883", "3F000"}
 def missing_schema(exc: BaseException) -> SchemaNotMigrated | None:
     """The ``SchemaNotMigrated`` a driver error means, when it is about a missing ``awa`` object.
 
-    Works for psycopg, asyncpg and Django's wrappers (their ``__cause__`` is
-    followed); ``None`` for any other error.
+    Works for psycopg, psycopg2, asyncpg and the SQLAlchemy and Django wrappers (their
+    ``orig`` / ``__cause__`` is followed); ``None`` for any other error.
     """
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return None
-        if getattr(seen, "sqlstate", None) in _UNDEFINED and "awa" in str(seen):
+        if sqlstate_of(seen) in _UNDEFINED and "awa" in str(seen):  # sqlstate_of: psycopg2's pgcode too
             first = str(seen).strip().splitlines()[0]
             problem = f"the awa schema is missing or out of date on this database ({first})"
             return SchemaNotMigrated(problem)

@@ -244,3 +244,23 @@ def test_ctrl_c_stops_the_cli_after_the_current_batch(db_url: str) -> None:
     assert proc.returncode == 1, (out, err)
     assert out.startswith(f"{done:,} retried") and "stopped: interrupted" in out
     assert 0 < done < 100_000 and done % 100 == 0  # whole batches only
+
+
+def test_cli_bounds_reached_exit_0_and_bad_bounds_name_the_flag(db_url: str) -> None:
+    """``--max-jobs`` reached exited 0 and ``--time-budget`` reached 1: both are limits the user set, not
+    errors (Ctrl-C stays 1). ``--max-jobs 0`` said "max_jobs: ... or None": the flag is named."""
+    _many(db_url, 2000, "failed", kind="K")
+    retry = ["jobs", "retry", "--state", "failed", "--kind", "K"]
+    capped = _cli(db_url, *retry, "--max-jobs", "30", "--batch-size", "10")
+    assert capped.returncode == 0, (capped.stdout, capped.stderr)
+    assert capped.stdout == "30 retried (stopped: max_jobs; more jobs may match, run it again to go on)\n"
+    budget = _cli(db_url, *retry, "--time-budget", "0.001", "--batch-size", "1")
+    assert budget.returncode == 0, (budget.stdout, budget.stderr)
+    assert "(stopped: time budget; more jobs may match" in budget.stdout
+    for flag, value, message in [
+        ("--max-jobs", "0", "error: --max-jobs: must be a positive integer, got 0\n"),
+        ("--time-budget", "0", "error: --time-budget: must be a positive number of seconds, got 0.0\n"),
+        ("--batch-size", "0", "error: --batch-size: must be an integer from 1 to 100000, got 0\n"),
+    ]:
+        refused = _cli(db_url, "jobs", "retry", "--state", "failed", flag, value)
+        assert (refused.returncode, refused.stderr) == (2, message)

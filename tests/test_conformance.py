@@ -431,3 +431,35 @@ async def test_unique_bulk_staging_table_is_always_the_temporary_one(db_url: str
     finally:
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("DROP SCHEMA trap CASCADE")
+
+
+async def test_an_unmigrated_database_raises_schema_not_migrated(handle: Handle, db_url: str) -> None:
+    """``insert_job`` / ``insert_many`` on a database without the awa schema raised the driver's own
+    UndefinedTable; now ``SchemaNotMigrated`` (from it) saying to migrate, and the connection is
+    usable after the rollback as with any failed statement."""
+    from awa_bridge.errors import missing_schema
+
+    calls = {
+        "insert_job": lambda: handle.insert(SendEmail(to="a@b.com", subject="Hi")),
+        "insert_job(unique)": lambda: handle.insert(SendEmail(to="a@b.com", subject="Hi"), unique=True),
+        "insert_many": lambda: handle.insert_many([SendEmail(to="a@b.com", subject="Hi")]),
+        "insert_many(unique)": lambda: handle.insert_many([SendEmail(to="a@b.com", subject="Hi")], unique=True),
+    }
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ALTER SCHEMA awa RENAME TO awa_hidden_by_test")
+    try:
+        for name, call in calls.items():
+            await handle.begin()
+            await handle.app_row(f"before {name}")
+            with pytest.raises(awa_bridge.SchemaNotMigrated, match=r"python -m awa_bridge migrate") as info:
+                await call()
+            assert missing_schema(info.value.__cause__ or info.value) is not None, name
+            assert info.value.__cause__ is not None, f"{name}: not raised from the driver's error"
+            await handle.rollback()
+            await handle.begin()
+            await handle.app_row(f"after {name}")
+            await handle.commit()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("ALTER SCHEMA awa_hidden_by_test RENAME TO awa")
+    assert committed_orders(db_url) == len(calls)

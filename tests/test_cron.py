@@ -668,3 +668,39 @@ async def test_r29_leader_process_killed_the_other_takes_over(db_url: str, worke
     times = assert_one_job_per_second(db_url, name)
     done = Counter(r[0] for r in rows(db_url, "SELECT state::text FROM awa.jobs WHERE queue = 'cron_r29'"))
     print(f"{len(times)} fires, job states {dict(done)}")
+
+
+def _awa_cron(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m awa_bridge cron ...`` as an operator types it."""
+    env = {**os.environ, "DATABASE_URL": url}
+    return subprocess.run(
+        [sys.executable, "-m", "awa_bridge", "cron", *argv],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_cron_edit_without_options_and_pausing_twice_say_so(db_url: str) -> None:
+    """``cron edit NAME`` alone printed "updated schedule NAME" though nothing changed; pausing a paused
+    schedule said "paused" again."""
+    pytest.importorskip("croniter")
+    created = _awa_cron(db_url, "create", "nightly_db", "--cron", "0 3 * * *", "--kind", "k")
+    assert created.returncode == 0, created.stderr
+    before = schedule_row(db_url, "nightly_db")
+    edit = _awa_cron(db_url, "edit", "nightly_db")
+    assert (edit.returncode, edit.stdout) == (2, ""), edit
+    assert edit.stderr.startswith("error: give at least one option to change (--cron, --timezone, --kind, "), edit
+    assert len(edit.stderr.splitlines()) == 1
+    assert schedule_row(db_url, "nightly_db") == before
+    first = _awa_cron(db_url, "pause", "nightly_db", "--by", "alice")
+    assert (first.returncode, first.stdout) == (0, "schedule nightly_db paused\n"), first.stderr
+    paused_at = schedule_row(db_url, "nightly_db")["paused_at"]
+    again = _awa_cron(db_url, "pause", "nightly_db", "--by", "bob")
+    assert again.returncode == 0, again.stderr
+    said, _, since = again.stdout.rstrip("\n").removesuffix("; nothing to do").rpartition(" since ")
+    assert said == "schedule nightly_db was already paused by alice", again.stdout
+    assert datetime.fromisoformat(since) == paused_at.replace(microsecond=0), again.stdout
+    assert schedule_row(db_url, "nightly_db")["paused_by"] == "alice"

@@ -25,6 +25,7 @@ from awa_bridge import insert_job_sync
 from awa_bridge.migrations import load_migrations
 
 from .procs import unique_queue
+from .test_pgbouncer import PGBOUNCER, bouncer_url  # noqa: F401 (bouncer_url: the fixture, for a test below)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -326,6 +327,8 @@ def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path
     (The two install-and-run lines are covered by tests/django/test_example_shop.py, which runs the
     demo they end with, and by running this suite.)
     """
+    import time
+
     from .test_docs import blocks
 
     commands = readme_commands()
@@ -343,14 +346,22 @@ def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path
     assert applied == [m.name for m in load_migrations()]
     assert "nothing to apply" in done.stdout  # the dry run, after the apply
 
-    # myapp/jobs.py as the README writes it (its args class comes from the quickstart block).
+    # myapp/jobs.py exactly as the README writes it: a complete file, nothing added.
     readme = blocks("README.md")
-    args_block = next(b.code for b in readme if "class SendConfirmationEmail" in b.code)
     jobs_block = next(b.code for b in readme if b.code.startswith("# myapp/jobs.py"))
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "__init__.py").write_text("")
-    (tmp_path / "myapp" / "jobs.py").write_text(args_block + "\n\n" + jobs_block)
+    (tmp_path / "myapp" / "jobs.py").write_text(jobs_block)
     env = {**os.environ, "DATABASE_URL": url}
+    # An order and its job, enqueued as the README's psycopg quickstart does it.
+    args_block = next(b.code for b in readme if "class SendConfirmationEmail" in b.code and "Client" not in b.code)
+    enqueue_block = next(b.code for b in readme if "import psycopg\n" in b.code and "SendConfirmationEmail(" in b.code)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id serial PRIMARY KEY, customer text, paid boolean NOT NULL DEFAULT false)")
+    quickstart: dict[str, object] = {"__name__": "readme_quickstart", "url": url, "email": "ada@example.com"}
+    code = compile(args_block + "\n" + enqueue_block, "README.md", "exec", dont_inherit=True)
+    exec(code, quickstart)  # the repository's own README, without this module's __future__ import
+    job_id = quickstart["job"].id  # type: ignore[attr-defined]
     for command in commands:
         if command.startswith("python -m awa_bridge worker "):
             worker = subprocess.Popen(
@@ -365,6 +376,16 @@ def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path
             try:
                 first = worker.stdout.readline() if worker.stdout else ""
                 assert "worker started" in first or worker.poll() is None, first
+                # The job is on the queue its handler serves, so this worker runs it.
+                with psycopg.connect(url, autocommit=True) as conn:
+                    deadline = time.monotonic() + 30
+                    while time.monotonic() < deadline:
+                        query = "SELECT queue, state::text FROM awa.jobs WHERE id = %s"
+                        state = conn.execute(query, (job_id,)).fetchone()
+                        if state is None or state[1] == "completed":
+                            break
+                        time.sleep(0.05)  # polling the job's state, not ordering events
+                assert state == ("email", "completed"), state
                 worker.send_signal(signal.SIGTERM)
                 out = first + worker.communicate(timeout=30)[0]
             finally:
@@ -373,6 +394,7 @@ def test_the_readme_commands_as_typed(make_database: Callable[[], str], tmp_path
                     worker.communicate()
             assert worker.returncode == 0, out
             assert "worker started: queues email (20 workers), default (5 workers)" in out, out
+            assert "confirmation of order 1 sent to ada@example.com" in out, out  # the stand-in mailer
         elif " migrate " not in command:
             done = subprocess.run(
                 [sys.executable, *shlex.split(command)[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -411,3 +433,65 @@ def test_jobs_id_opens_each_traceback_with_the_users_frames(db_url: str) -> None
         "    full traceback:",
     ], done.stdout
     assert errors[5:] == ["      " + line for line in trace.splitlines()], done.stdout
+
+
+def test_a_job_id_as_action_and_a_missing_command_are_one_line() -> None:
+    """``jobs 11`` said "invalid choice: '11'"; ``cron`` alone "required: cron_command" (an internal name)."""
+    assert one_line_error(awa("jobs", "11")) == "error: to show job 11: python -m awa_bridge jobs --id 11"
+    cron = one_line_error(awa("cron"), "cron needs a command: list, pause, resume, trigger, create, edit, delete")
+    assert "cron_command" not in cron
+    one_line_error(awa(), "python -m awa_bridge needs a command: migrate, worker, jobs, queues, cron")
+    for command, typo in (("jobs", "retyr"), ("queues", "pasue")):  # argparse's usage error, as before
+        done = awa(command, typo)
+        assert done.returncode == 2, done.stderr
+        assert f"argument ACTION: invalid choice: {typo!r} (choose from 'list', " in done.stderr
+
+
+def test_the_top_level_help_is_plain_text() -> None:
+    """``--help`` showed the module docstring's RST (````python -m awa_bridge````)."""
+    done = awa("--help")
+    assert done.returncode == 0 and "``" not in done.stdout, done.stdout
+    assert "Operate awa from a shell" in done.stdout
+
+
+def test_the_worker_pointed_at_pgbouncer_says_it_needs_the_server(db_url: str, request: pytest.FixtureRequest) -> None:
+    """Through PgBouncer (transaction mode) the worker said "cannot reach the database: unsupported startup
+    parameter: plan_cache_mode": the server was reached, and refused a session setting."""
+    if PGBOUNCER is None:
+        pytest.skip("no pgbouncer binary installed (Debian: apt-get install pgbouncer)")
+    through_bouncer = request.getfixturevalue("bouncer_url")
+    done = awa("worker", "tests.worker_app:client", "--queue", unique_queue(), url=through_bouncer)
+    line = one_line_error(done, "this looks like PgBouncer")
+    assert line == (
+        "error: the server refused the startup parameter plan_cache_mode: this looks like PgBouncer; the worker "
+        "needs a direct connection to PostgreSQL (LISTEN/NOTIFY, session settings): give it the server's own URL "
+        "(docs/howto/scaling.md)"
+    )
+
+
+def test_queues_pause_knows_a_queue_from_its_recorded_throughput(db_url: str) -> None:
+    """A worker ran the queue and its jobs were deleted since: ``queues pause`` called it unknown
+    although awa.queue_rollups has its throughput. queue_known reads it with one index probe."""
+    from awa_bridge.sql import QUERIES
+
+    queue = unique_queue()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # What workers leave: a minute's counts per queue, here 50 queues over 2 days (and ours once).
+        conn.execute(
+            "INSERT INTO awa.queue_rollups (queue, minute, completed)"
+            " SELECT 'other_' || q, date_trunc('minute', now()) - make_interval(mins => m), 1"
+            " FROM generate_series(1, 50) AS q, generate_series(1, 2880) AS m"
+        )
+        conn.execute(
+            "INSERT INTO awa.queue_rollups (queue, minute, completed) VALUES (%s, date_trunc('minute', now()), 3)",
+            (queue,),
+        )
+        conn.execute("ANALYZE awa.queue_rollups")
+        (raw,) = conn.execute("EXPLAIN (FORMAT JSON) " + QUERIES["queue_known"].pyformat, {"queue": queue}).fetchone()
+    plan = json.dumps(raw)
+    assert '"Relation Name": "queue_rollups"' in plan and "queue_rollups_pkey" in plan, plan
+    assert not re.search(r'"Node Type": "Seq Scan", [^{}]*"Relation Name": "queue_rollups"', plan), plan
+    done = awa("queues", "pause", queue, url=db_url)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert f"queue {queue} paused" in done.stdout
+    one_line_error(awa("queues", "pause", "emial", url=db_url), "unknown queue 'emial'")

@@ -750,3 +750,22 @@ async def test_an_outcome_that_cannot_be_written_does_not_block_the_batch(make_c
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("DROP TRIGGER IF EXISTS refuse_poison ON awa.jobs")
             conn.execute("DROP FUNCTION IF EXISTS public.refuse_poison_completion()")
+
+
+def test_an_async_hook_is_refused_at_registration() -> None:
+    """``@client.on`` with an ``async def`` was accepted and never ran ("coroutine was never awaited")."""
+    client = Client("postgresql://postgres@127.0.0.1:5432/postgres")
+    with pytest.raises(TypeError, match=r"hooks are plain functions called on the worker's event loop") as caught:
+
+        @client.on("retried")
+        async def notify(job: Any) -> None:
+            pass
+
+    assert "asyncio.get_running_loop().create_task(" in str(caught.value)
+    assert client.hooks.listeners["retried"] == []
+
+    @client.on("retried")
+    def plain(job: Any) -> None:
+        pass
+
+    assert client.hooks.listeners["retried"] == [plain]

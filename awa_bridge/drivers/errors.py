@@ -6,6 +6,7 @@ the CLI (one line instead of a traceback), so both drivers are judged alike.
 
 from __future__ import annotations
 
+import re
 import socket
 
 from ..errors import sqlstate_of
@@ -53,6 +54,13 @@ def first_line(exc: BaseException) -> str:
 
 def describe_connection_failure(exc: BaseException) -> str | None:
     """One line for a failure to reach the database or a malformed URL; ``None`` for anything else."""
+    refused = _UNSUPPORTED_PARAMETER.search(first_line(exc))
+    if refused is not None:  # PgBouncer refuses the session settings the worker connects with
+        return (
+            f"the server refused the startup parameter {refused['name']}: this looks like PgBouncer; the worker "
+            "needs a direct connection to PostgreSQL (LISTEN/NOTIFY, session settings): give it the server's "
+            "own URL (docs/howto/scaling.md)"
+        )
     if type(exc).__module__.split(".")[0] == "psycopg":
         import psycopg
 
@@ -72,3 +80,7 @@ def describe_connection_failure(exc: BaseException) -> str | None:
 # What a server answers a connection attempt with, besides class 08 (connection exception) and
 # 28 (invalid authorization): no such database, too many connections, starting up / shutting down.
 _CONNECT_REFUSED = ("3D000", "53300", "57P01", "57P02", "57P03")
+
+# PgBouncer's answer to a startup packet carrying a setting it does not pass on (the worker sends
+# plan_cache_mode, jit...): "unsupported startup parameter: NAME".
+_UNSUPPORTED_PARAMETER = re.compile(r"unsupported startup parameter(?: in options)?: (?P<name>[\w.]+)")

@@ -668,10 +668,13 @@ RETURNING queue
 
 -- name: queue_known
 -- Whether anything has used a queue name: a job (one probe of
--- jobs_queue_state_idx), a pause row, or a live worker running it. The CLI
--- refuses to pause a name nothing knows (a typo) unless told to create it.
+-- jobs_queue_state_idx), a pause row, a live worker running it, or recorded
+-- throughput (one probe of queue_rollups_pkey: a worker ran it, even if its
+-- jobs are deleted since). The CLI refuses to pause a name nothing knows (a
+-- typo) unless told to create it.
 SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = %(queue)s)
     OR EXISTS (SELECT 1 FROM awa.queue_meta WHERE queue = %(queue)s)
+    OR EXISTS (SELECT 1 FROM awa.queue_rollups WHERE queue = %(queue)s)
     OR EXISTS (
         SELECT 1 FROM awa.runtime_instances
         WHERE queues @> jsonb_build_array(jsonb_build_object('name', CAST(%(queue)s AS text)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,12 @@ class Hooks:
     def add(self, event: str, fn: Callable[[Any], Any]) -> None:
         if event not in self.listeners:
             raise ValueError(f"unknown hook event {event!r}; events are {', '.join(EVENTS)}")
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+            raise TypeError(
+                f"{event} hook {getattr(fn, '__qualname__', fn)!r} is an async def: hooks are plain functions"
+                " called on the worker's event loop (a coroutine would never be awaited); to do async work,"
+                " start it from a plain function with asyncio.get_running_loop().create_task(...)"
+            )
         self.listeners[event].append(fn)
 
     def fire(self, event: str, subject: Any) -> None:

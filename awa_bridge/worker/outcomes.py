@@ -70,6 +70,9 @@ class Outcome:
     refund: bool = False  # give the attempt back (snooze)
     label: str = field(default="completed")  # for logs and hooks
     callback_id: str | None = None  # waiting_external: the callback the job parks on
+    #: The handler's own decision (RetryAfter, TerminalError) and its reason ("" if none): logged
+    #: as a decision, without a traceback; None for an exception the handler did not mean.
+    decided: str | None = None
 
 
 #: The outcome of a handler that returned normally (one shared instance: it is immutable).
@@ -110,22 +113,27 @@ def outcome_of_exception(exc: BaseException, attempt: int, max_attempts: int) ->
     if isinstance(exc, Cancel):
         return Outcome("cancelled", error=error_record(exc, attempt, exc.reason), label="cancelled")
     if isinstance(exc, TerminalError):
-        return Outcome("failed", error=error_record(exc, attempt), label="exhausted")
+        return Outcome("failed", error=error_record(exc, attempt), label="exhausted", decided=str(exc))
+    decided = exc.reason if isinstance(exc, RetryAfter) else None
     delay = exc.seconds if isinstance(exc, RetryAfter) else backoff_seconds(attempt)
     if attempt >= max_attempts:
-        return Outcome("failed", error=error_record(exc, attempt), label="exhausted")
-    return Outcome("retryable", delay=delay, error=error_record(exc, attempt), label="retried")
+        return Outcome("failed", error=error_record(exc, attempt), label="exhausted", decided=decided)
+    return Outcome("retryable", delay=delay, error=error_record(exc, attempt), label="retried", decided=decided)
 
 
 def log_outcome(log: logging.Logger, job: Any, outcome: Outcome) -> None:
     """Tell an operator what became of an attempt, at the level it deserves.
 
-    A retry is a WARNING naming the error and when the job runs again; a
-    failure for good is an ERROR with the traceback; a cancel, snooze or wait
-    is INFO; a plain completion is not logged (it is the normal case, and
-    hooks or DEBUG logging can report it). ``job`` is the attempt's context
-    (id, kind, queue, attempt, max_attempts). The fields are also passed as
+    An exception to be retried is a WARNING naming the error and when the job
+    runs again; a failure for good is an ERROR, with the traceback when the
+    handler raised an exception it did not mean (not for ``TerminalError``);
+    what the handler decided (``RetryAfter``, a snooze, a cancel) or a wait is
+    INFO; a plain completion is not logged (it is the normal case, and hooks
+    or DEBUG logging can report it). ``job`` is the attempt's context (id,
+    kind, queue, attempt, max_attempts). The fields are also passed as
     ``extra`` (``awa_job_id``, ``awa_kind`` ...) for structured log handlers.
+    The message is one line; a traceback is the record's ``exc_text``, which a
+    text formatter prints after it and ``--log-format json`` as ``traceback``.
     """
     if outcome.label == "completed":
         return
@@ -139,17 +147,32 @@ def log_outcome(log: logging.Logger, job: Any, outcome: Outcome) -> None:
         "awa_attempt": job.attempt,
         "awa_outcome": outcome.label,
     }
-    if outcome.label == "retried":
+    decided = outcome.decided
+    if outcome.label == "retried" and decided is not None:
+        because = f": {decided}" if decided else ""
+        log.info("%s: retry in %s, as its handler asked%s", where, _seconds(outcome.delay), because, extra=extra)
+    elif outcome.label == "retried":
         log.warning("%s: %s; retry in %s", where, what, _seconds(outcome.delay), extra=extra)
     elif outcome.label == "exhausted":
-        trace = str(error.get("traceback") or "").rstrip()
-        log.error("%s failed for good: %s%s", where, what, f"\n{trace}" if trace else "", extra=extra)
+        trace = "" if decided is not None else str(error.get("traceback") or "").rstrip()
+        _log(log, logging.ERROR, trace, "%s failed for good: %s", where, what, extra=extra)
     elif outcome.label == "snoozed":
         log.info("%s snoozed for %s (attempt not spent)", where, _seconds(outcome.delay), extra=extra)
     elif outcome.label == "cancelled":
         log.info("%s cancelled: %s", where, error.get("error") or "by its handler", extra=extra)
     else:
         log.info("%s: %s", where, outcome.label, extra=extra)
+
+
+def _log(log: logging.Logger, level: int, trace: str, msg: str, *args: Any, extra: dict[str, Any]) -> None:
+    """``log.log(level, msg, *args)`` with ``trace`` (traceback text, may be empty) as the record's
+    ``exc_text``: every ``logging.Formatter`` prints it after the message, as for ``exc_info``."""
+    if not log.isEnabledFor(level):
+        return
+    fn, lno, func, _ = log.findCaller(stacklevel=2)
+    record = log.makeRecord(log.name, level, fn, lno, msg, args, None, func, extra)
+    record.exc_text = trace or None
+    log.handle(record)
 
 
 def _seconds(value: float) -> str:
