@@ -180,11 +180,15 @@ class ReceiptConflict(AwaError):
     neither repeated nor reused. ``tenant`` and ``operation_key`` name the key.
     """
 
-    def __init__(self, tenant: str, operation_key: str, recorded: bytes, given: bytes) -> None:
+    def __init__(
+        self, tenant: str, operation_key: str, recorded: bytes, given: bytes, *, pending: bool = False
+    ) -> None:
         self.tenant = tenant
         self.operation_key = operation_key
+        # A pending receipt is a claim whose outcome was never recorded (what an operator settles).
+        state = "claimed (its outcome not recorded yet)" if pending else "recorded"
         super().__init__(
-            f"operation key {operation_key!r} (tenant {tenant!r}) was already recorded with a different "
+            f"operation key {operation_key!r} (tenant {tenant!r}) was already {state} with a different "
             f"payload (fingerprint {bytes(recorded).hex()[:16]}..., this payload {given.hex()[:16]}...); "
             "the effect is neither repeated nor reused"
         )

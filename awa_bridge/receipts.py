@@ -241,7 +241,7 @@ def _interpret(tenant: str, operation_key: str, fp: bytes, rows: list[dict[str, 
     row = rows[0]
     recorded_fp = bytes(row["payload_fingerprint"])
     if recorded_fp != fp:
-        raise ReceiptConflict(tenant, operation_key, recorded_fp, fp)
+        raise ReceiptConflict(tenant, operation_key, recorded_fp, fp, pending=row["recorded_at"] is None)
     if row["claimed"]:
         return _State(tenant, operation_key, fp, recorded=False, created_at=row["created_at"])
     if row["recorded_at"] is None:
@@ -392,7 +392,7 @@ def resolve_receipt(conn: Any, tenant: str, operation_key: str, payload: Any, ou
         raise ReceiptNotFound(f"no receipt for operation key {operation_key!r} (tenant {tenant!r})")
     fp = fingerprint(payload)
     if existing.payload_fingerprint != fp:
-        raise ReceiptConflict(tenant, operation_key, existing.payload_fingerprint, fp)
+        raise ReceiptConflict(tenant, operation_key, existing.payload_fingerprint, fp, pending=existing.pending)
     text = canonical_json(outcome, "outcome")
     params = {"tenant": tenant, "operation_key": operation_key, "outcome": text}
     rows = detect_sync(conn).fetch_all(QUERIES["save_receipt"], params)
@@ -412,7 +412,7 @@ def release_receipt(conn: Any, tenant: str, operation_key: str, payload: Any) ->
     existing = get_receipt(conn, tenant, operation_key)
     fp = fingerprint(payload)
     if existing is not None and existing.payload_fingerprint != fp:
-        raise ReceiptConflict(tenant, operation_key, existing.payload_fingerprint, fp)
+        raise ReceiptConflict(tenant, operation_key, existing.payload_fingerprint, fp, pending=existing.pending)
     params = {"tenant": tenant, "operation_key": operation_key, "fingerprint": fp}
     if existing is None or not detect_sync(conn).fetch_all(QUERIES["release_receipt"], params):
         state = "no receipt" if existing is None else "no pending receipt (its outcome is recorded)"

@@ -116,7 +116,9 @@ def test_same_key_with_a_different_payload_is_a_conflict_naming_the_key(rdb: str
         refund_once(conn, "o-2", 500)
         conn.commit()
         before = receipts_table(rdb)
-        with pytest.raises(ReceiptConflict, match=r"operation key 'refund:o-2' \(tenant 'acme'\)") as info:
+        with pytest.raises(
+            ReceiptConflict, match=r"operation key 'refund:o-2' \(tenant 'acme'\) was already recorded"
+        ) as info:
             refund_once(conn, "o-2", 900)
         conn.rollback()
     assert (info.value.tenant, info.value.operation_key) == ("acme", "refund:o-2")

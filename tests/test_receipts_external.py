@@ -301,8 +301,10 @@ def test_release_and_resolve_settle_a_pending_receipt(db_url: str) -> None:
         for key in ("released", "resolved"):
             with pytest.raises(DiedAfterSending):
                 external_effect(conn, "acme", key, {"n": 1}, lambda k: _die(), idempotent=False)
-        with pytest.raises(ReceiptConflict):
-            release_receipt(conn, "acme", "released", {"n": 2})
+        with pytest.raises(ReceiptConflict, match=r"was already claimed \(its outcome not recorded yet\) with"):
+            release_receipt(conn, "acme", "released", {"n": 2})  # the message said "recorded" of a pending one
+        with pytest.raises(ReceiptConflict, match="was already claimed"):
+            resolve_receipt(conn, "acme", "resolved", {"n": 2}, {"message_id": "m-1"})
         release_receipt(conn, "acme", "released", {"n": 1})  # the provider never acted: forget the claim
         assert external_effect(conn, "acme", "released", {"n": 1}, lambda k: "sent", idempotent=False).status == "sent"
         with pytest.raises(ReceiptNotFound, match="outcome is recorded"):
