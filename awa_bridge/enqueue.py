@@ -310,7 +310,9 @@ def _translate(exc: Exception, unique_key: bytes | None) -> Exception | None:
     """Map a driver error to ours (23505 → UniqueConflict, a missing awa table or type →
     SchemaNotMigrated), or None to re-raise as is. Called on the error path only."""
     if sqlstate_of(exc) == "23505":
-        return UniqueConflict(unique_key, constraint_of(exc), str(exc).strip())
+        # One line: the driver's own error (with SQLAlchemy, its SQL and parameters too) stays the cause.
+        detail = "the job was not inserted; like any failed statement this aborts the transaction"
+        return UniqueConflict(unique_key, constraint_of(exc), detail)
     return missing_schema(exc)
 
 

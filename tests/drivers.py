@@ -187,8 +187,8 @@ class PsycopgAsyncHandle(Handle):
 
 
 class SQLAlchemyHandle(Handle):
-    """Sync SQLAlchemy on psycopg 3 or psycopg2 (what a plain ``postgresql://`` URL picks, and what
-    most existing applications run on): a Connection, a Session or a scoped_session."""
+    """Sync SQLAlchemy on psycopg 3 or psycopg2 (what a plain ``postgresql://`` URL picks on SQLAlchemy
+    2.0, and what many existing applications run on): a Connection, a Session or a scoped_session."""
 
     is_async = False
 

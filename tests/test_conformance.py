@@ -84,6 +84,13 @@ async def test_unique_conflict_carries_the_key(handle: Handle, db_url: str) -> N
     await handle.rollback()
     assert info.value.unique_key == first.unique_key
     assert info.value.constraint == "jobs_unique_key_idx"
+    # One line on every driver (SQLAlchemy's wrapper once put its SQL and parameters in it); the
+    # driver's own error is the cause.
+    assert str(info.value) == (
+        "a job with unique key 917d72099c79c6dd28577111373d14be already exists (constraint jobs_unique_key_idx): "
+        "the job was not inserted; like any failed statement this aborts the transaction"
+    )
+    assert info.value.__cause__ is not None
     assert committed_jobs(db_url) == 1
 
 

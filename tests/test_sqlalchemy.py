@@ -61,7 +61,7 @@ def orders(url: str) -> int:
     return count_rows(url, "SELECT count(*) FROM app_orders")
 
 
-SYNC_DIALECTS = ["psycopg", "psycopg2"]  # psycopg2: what a plain postgresql:// engine runs on
+SYNC_DIALECTS = ["psycopg", "psycopg2"]  # psycopg2: plain postgresql:// on SQLAlchemy 2.0
 
 
 @pytest.fixture(params=SYNC_DIALECTS)

@@ -95,7 +95,7 @@ class SQLAlchemySync:
         module = type(raw).__module__.split(".")[0]
         if module == "psycopg":
             PsycopgSync(raw).copy_rows(table, columns, rows)
-        elif module == "psycopg2":  # what a plain postgresql:// engine runs on
+        elif module == "psycopg2":  # postgresql+psycopg2:// (and plain postgresql:// on SQLAlchemy 2.0)
             cursor = raw.cursor()
             try:
                 cursor.copy_expert(copy_statement(table, columns), io.StringIO(copy_text(rows)))
