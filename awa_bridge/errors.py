@@ -74,16 +74,17 @@ MIGRATE_HINT = "run `python -m awa_bridge migrate` (in a Django project: `python
 class SchemaNotMigrated(AwaError):
     """The database lacks the awa schema, or it is older than this package needs.
 
-    ``problem`` says what is missing; the message adds how to migrate. A framework that has its
-    own command for it (``manage.py migrate --database jobs``) words the advice from ``problem``.
+    ``problem`` says what is missing, ``hint`` how to migrate (default ``MIGRATE_HINT``): a
+    framework that has its own command for it (``manage.py migrate --database jobs``) gives its own.
     """
 
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
+    def __init__(self, problem: str, hint: str = MIGRATE_HINT) -> None:
+        super().__init__(problem, hint)
         self.problem = problem
+        self.hint = hint
 
     def __str__(self) -> str:
-        return f"{self.problem}; {MIGRATE_HINT}"
+        return f"{self.problem}; {self.hint}"
 
 
 # SQLSTATEs of a missing table, type or function: what any statement meets on a database

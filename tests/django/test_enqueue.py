@@ -273,3 +273,19 @@ def test_models_are_read_only(awa: None) -> None:
         Job.objects.filter(id=job.id).update(state="completed")
     with pytest.raises(awa_django.ReadOnlyModel):
         Job.objects.all().delete()
+
+
+def test_enqueue_on_an_unmigrated_jobs_alias_names_its_migrate(make_database: Any) -> None:
+    """AWA['DATABASE'] = 'jobs' without the schema there: enqueueing from the application said to run
+    plain `migrate`, which never touches that alias; it names `migrate --database jobs`, as the
+    commands and check W003 do."""
+    from .test_shell_migrate import manage
+
+    default_url, jobs_url = make_database(), make_database()
+    env = {"AWA_TEST_JOBS_DATABASE_URL": jobs_url, "AWA_TEST_AWA_DATABASE": "jobs"}
+    code = "import awa_django; awa_django.insert_job({'n': 1}, kind='k')"
+    done = manage(default_url, "shell", "-c", code, **env)
+    assert done.returncode == 1, done
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("awa_bridge.errors.SchemaNotMigrated: the awa schema"), done.stderr
+    assert last.endswith("; run `python manage.py migrate --database jobs`"), last
