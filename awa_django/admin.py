@@ -513,7 +513,8 @@ class JobAdmin(ReadOnlyModelAdmin):
         events = job_timeline(job, operator_actions(alias, job.id), job_attempts(alias, job.id))
         items = (
             (
-                event.kind,
+                # The end in its state's colour: failed / cancelled red, completed green.
+                f"finished awa-ev-{job.state}" if event.kind == "finished" else event.kind,
                 show_time(event.at),
                 event.title,
                 format_html(" — <em>{}</em>", event.who) if event.who else "",

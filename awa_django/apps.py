@@ -16,5 +16,6 @@ class AwaConfig(AppConfig):
         from .conf import get_settings
 
         # Raises InvalidAwaSetting (an ImproperlyConfigured) naming the key: a
-        # bad AWA dict stops runserver, migrate and awa_worker at startup.
+        # bad AWA dict stops runserver, migrate and awa_worker at startup. Module paths
+        # (TASK_MODULES, PERIODIC tasks) are imported by the system checks, not here.
         get_settings()

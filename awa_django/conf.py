@@ -27,7 +27,10 @@
 Every key is optional. ``get_settings()`` validates the whole dict and raises
 ``InvalidAwaSetting`` naming the key (``AWA['QUEUES']['email']['max_workers']:
 must be >= 1, got 0``); the app calls it when Django starts, so a mistake
-stops ``runserver``, ``migrate`` and ``awa_worker`` alike. Values are checked by
+stops ``runserver``, ``migrate`` and ``awa_worker`` alike. Module paths
+(``TASK_MODULES``, a PERIODIC ``task``) are imported by the system checks
+instead (``awa_django.E004`` / ``E005``), so commands without checks
+(``startapp``, ``shell``) work before the module exists. Values are checked by
 the same code the worker uses (``QueueConfig``, ``WorkerConfig``,
 ``PeriodicJob``), so what passes here runs there.
 """
@@ -174,19 +177,30 @@ def _periodic(raw: Any) -> dict[str, dict[str, Any]]:
             raise InvalidAwaSetting(
                 _key("PERIODIC", str(name)), "give exactly one of 'task' (an @awa_django.task path) or 'kind'"
             )
+        if "task" in options and (not isinstance(options["task"], str) or not options["task"]):
+            raise InvalidAwaSetting(
+                _key("PERIODIC", str(name), "task"), f"must be the dotted path of a task, got {options['task']!r}"
+            )
         result[str(name)] = options
-        build_schedule(str(name), options)  # validates; the result is rebuilt when a worker starts
+        # Validates all but the task path, whose import waits for the system check awa_django.E005:
+        # importing it here would break every command (startapp too) while the module does not exist yet.
+        build_schedule(str(name), options, resolve=False)  # rebuilt, task resolved, when a worker starts
     return result
 
 
-def build_schedule(name: str, options: Mapping[str, Any]) -> Any:
-    """The ``PeriodicJob`` of one ``AWA['PERIODIC']`` entry (validated by awa_bridge.cron)."""
+def build_schedule(name: str, options: Mapping[str, Any], *, resolve: bool = True) -> Any:
+    """The ``PeriodicJob`` of one ``AWA['PERIODIC']`` entry (validated by awa_bridge.cron).
+
+    ``resolve=False`` validates the entry without importing its ``task`` (a stand-in kind).
+    """
     try:
         from awa_bridge.cron import PeriodicJob
     except ImportError as exc:  # pragma: no cover - croniter is in the cron extra
         raise InvalidAwaSetting(_key("PERIODIC"), f"needs croniter: pip install croniter ({exc})") from None
     opts = {k: v for k, v in options.items() if k not in ("cron", "task", "args")}
-    if "task" in options:
+    if "task" in options and not resolve:
+        opts["kind"] = "awa_django.unresolved_task"
+    elif "task" in options:
         from .tasks import resolve_task
 
         task = resolve_task(options["task"], key=_key("PERIODIC", name, "task"))

@@ -159,3 +159,23 @@ def test_the_timeline_shows_an_attempt_handed_back_by_a_worker_shutting_down(awa
     starts = [m.start() for m in re.finditer("attempt 1 started on", timeline)]
     handed_back = timeline.index("attempt 1 handed back: its worker shut down")
     assert len(starts) == 2 and starts[0] < handed_back < starts[1], timeline
+
+
+def test_the_timeline_ends_in_the_colour_of_the_jobs_state(awa: None, admin_client: Any) -> None:
+    """The entry "finished: failed" is drawn red, as the failed attempts above it; "finished: completed" green."""
+
+    def last_entry(job_id: int) -> str:
+        page = admin_client.get(reverse("admin:awa_django_job_change", args=[job_id])).content.decode()
+        timeline = page.split('class="awa-timeline"', 1)[1].split("</ul>", 1)[0]
+        return timeline.rsplit("<li ", 1)[1]
+
+    failed, completed, cancelled = (_jobs(1, state)[0] for state in ("failed", "completed", "cancelled"))
+    assert last_entry(failed).startswith('class="awa-ev-finished awa-ev-failed">') and "finished: failed" in (
+        last_entry(failed)
+    )
+    assert last_entry(completed).startswith('class="awa-ev-finished awa-ev-completed">')
+    assert last_entry(cancelled).startswith('class="awa-ev-finished awa-ev-cancelled">')
+    head = admin_client.get(reverse("admin:awa_django_job_change", args=[failed])).content.decode()
+    rule = re.search(r"li\.awa-ev-finished\.awa-ev-failed[^{]*\{\s*border-left-color: (#\w+)", head)
+    error = re.search(r"li\.awa-ev-error[^{]*\{\s*border-left-color: (#\w+)", head)
+    assert rule and error and rule.group(1) == error.group(1)  # the failed attempts' red

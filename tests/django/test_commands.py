@@ -424,3 +424,41 @@ def test_every_subcommand_parses_djangos_options_after_it_as_before_it() -> None
             for option in given:
                 before, after = parse(*option, action, *needed), parse(action, *needed, *option)
                 assert after == before != parse(action, *needed), (name, action, option)
+
+
+def manage_env(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``manage`` run to its end with more environment (the test settings' switches)."""
+    process = manage(*args, extra_env=env)
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_check_warns_of_a_periodic_entry_on_a_queue_awa_queues_does_not_declare() -> None:
+    """W004: ``"queue": "emial"`` in AWA['PERIODIC'] would wait for ever (no worker runs it): said, not fatal."""
+    done = manage_env("check", AWA_TEST_PERIODIC_MISTAKE="queue")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "awa_django.W004" in line]
+    assert "AWA['PERIODIC']['typo_digest']" in line and "'emial'" in line, line
+    assert "'default', 'email'" in line and "did you mean 'email'?" in line, line
+    assert "--queue emial" in done.stderr  # the hint
+    assert "awa_django.W004" not in manage_done("check").stderr  # the test project's own tasks and schedule
+
+
+def test_a_periodic_task_that_does_not_import_is_a_check_error_not_a_crash(tmp_path: Path) -> None:
+    """E005: the how-to's PERIODIC block before ``startapp shop``: commands without checks work,
+    those with checks stop on one line and a hint (as for TASK_MODULES, E004), never a traceback."""
+    shell = manage_env("shell", "-c", "print(1)", AWA_TEST_PERIODIC_MISTAKE="task")
+    assert shell.returncode == 0 and shell.stdout.splitlines()[-1] == "1", shell.stderr
+    (tmp_path / "shop").mkdir()
+    started = manage_env("startapp", "shop", str(tmp_path / "shop"), AWA_TEST_PERIODIC_MISTAKE="task")
+    assert started.returncode == 0 and (tmp_path / "shop" / "apps.py").exists(), started.stderr
+    for command in (["check"], ["awa_worker"]):
+        done = manage_env(*command, AWA_TEST_PERIODIC_MISTAKE="task")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.splitlines()
+        [at] = [i for i, line in enumerate(lines) if "awa_django.E005" in line]
+        assert lines[at] == (
+            "?: (awa_django.E005) AWA['PERIODIC']['nightly_report']['task']: "
+            "cannot import 'shop.tasks.nightly_report': No module named 'shop'"
+        ), done.stderr
+        assert lines[at + 1].strip().startswith("HINT: "), done.stderr

@@ -57,16 +57,7 @@ pytestmark = pytest.mark.django
             "AWA['PERIODIC']['p']['missed_fire_policy']",
             "coalesce",
         ),
-        (
-            {"PERIODIC": {"p": {"cron": "0 * * * *", "task": "tests.django.testapp.tasks.nope"}}},
-            "AWA['PERIODIC']['p']['task']",
-            "cannot import",
-        ),
-        (
-            {"PERIODIC": {"p": {"cron": "0 * * * *", "task": "tests.django.testapp.tasks.add"}}},
-            "AWA['PERIODIC']['p']['task']",
-            "not an @awa_django.task",
-        ),
+        ({"PERIODIC": {"p": {"cron": "0 * * * *", "task": 7}}}, "AWA['PERIODIC']['p']['task']", "dotted path"),
         ({"WORKER": {"event_loop": "trio"}}, "AWA['WORKER']['event_loop']", "one of auto, uvloop, asyncio"),
         ({"QUEUE": {}}, "AWA['QUEUE']", "did you mean 'QUEUES'"),
         ({"DATABASE_URL": "mysql://x"}, "AWA['DATABASE_URL']", "postgresql://"),
@@ -155,3 +146,42 @@ def test_every_seconds_setting_of_the_worker_takes_a_timedelta() -> None:
     )
     assert all(getattr(parsed.worker, k) == getattr(defaults, k) * 2 for k in WORKER_SECONDS)
     assert all(getattr(parsed.queues[0], k) == getattr(queue, k) * 2 for k in QUEUE_SECONDS)
+
+
+def test_a_task_on_a_queue_awa_queues_does_not_declare_is_warned_of() -> None:
+    """W004 for ``@awa_django.task(queue="emial")``: no worker runs that queue unless given with --queue."""
+    from django.core import checks
+
+    import awa_django
+    from awa_django.tasks import TASKS
+
+    @awa_django.task(kind="tests.typo_queue", queue="emial")
+    def typo_queue() -> None: ...
+
+    try:
+        found = [m for m in checks.run_checks() if m.id == "awa_django.W004"]
+    finally:
+        del TASKS["tests.typo_queue"]
+    assert len(found) == 1, found
+    assert "'tests.typo_queue'" in found[0].msg and "'emial'" in found[0].msg, found[0].msg
+    assert "did you mean 'email'?" in found[0].msg and "'default', 'email'" in found[0].msg
+    assert not [m for m in checks.run_checks() if m.id == "awa_django.W004"]
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("tests.django.testapp.tasks.nope", "cannot import 'tests.django.testapp.tasks.nope'"),
+        ("tests.django.testapp.tasks.add", "not an @awa_django.task"),
+    ],
+)
+def test_a_periodic_task_path_is_checked_by_the_system_checks_not_at_startup(path: str, words: str) -> None:
+    """E005 (a module that may not exist yet must not stop ``startapp``): parsing leaves the path alone."""
+    from django.core import checks
+
+    awa = {"PERIODIC": {"p": {"cron": "0 * * * *", "task": path}}}
+    assert parse_settings(awa).periodic["p"]["task"] == path
+    with override_settings(AWA=awa):
+        found = [m for m in checks.run_checks() if m.id == "awa_django.E005"]
+    assert len(found) == 1 and found[0].msg.startswith("AWA['PERIODIC']['p']['task']: "), found
+    assert words in found[0].msg

@@ -91,6 +91,20 @@ AWA = {
     },
 }
 
+# AWA_TEST_PERIODIC_MISTAKE: one more AWA['PERIODIC'] entry, as typed with a mistake in it (for the
+# system checks' tests): "queue", on a misspelt queue (awa_django.W004); "task", a task path that does
+# not import (awa_django.E005). Unset: no such entry.
+_MISTAKE = os.environ.get("AWA_TEST_PERIODIC_MISTAKE")
+if _MISTAKE == "queue":
+    AWA["PERIODIC"]["typo_digest"] = {
+        "cron": "0 8 * * *",
+        "task": "tests.django.testapp.tasks.send_digest",
+        "args": {"audience": "ops"},
+        "queue": "emial",
+    }
+elif _MISTAKE == "task":
+    AWA["PERIODIC"]["nightly_report"] = {"cron": "30 2 * * *", "task": "shop.tasks.nightly_report"}
+
 _TASKS_BACKEND = {
     "BACKEND": "awa_django.backends.AwaBackend",
     "QUEUES": ["default", "email"],
