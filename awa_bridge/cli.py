@@ -44,7 +44,7 @@ def _cmd_migrate(ns: argparse.Namespace) -> int:
 
 
 def _load_client(target: str) -> Any:
-    """``package.module:attribute`` → the Client object it names."""
+    """``package.module:attribute`` → the Client object it names (of an ``awa_bridge.celery`` app: its ``client()``)."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"expected MODULE:CLIENT (for example myapp.jobs:client), got {target!r}")
@@ -62,8 +62,11 @@ def _load_client(target: str) -> Any:
         client = getattr(module, attribute)
     except AttributeError:
         raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    celery_app = sys.modules.get("awa_bridge.celery.app")  # imported by the module when it made one
+    if celery_app is not None and isinstance(client, celery_app.Awa):
+        client = client.client()  # the app's tasks and beat schedule: what ``client = app.client()`` gives
     if not hasattr(client, "run") or not hasattr(client, "registry"):
-        raise UsageError(f"{target} is a {type(client).__name__}, not an awa_bridge.worker.Client")
+        raise UsageError(f"{target} is not an awa_bridge.worker.Client (it is a {type(client).__name__!r} object)")
     return client
 
 

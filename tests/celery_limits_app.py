@@ -105,6 +105,11 @@ def soft_autoretry(tag: str) -> None:
         time.sleep(0.02)
 
 
+@app.task(name="limits.boom")
+def boom(tag: str) -> None:
+    raise ValueError(f"boom {tag}")
+
+
 @app.task(name="limits.nap")
 def nap(seconds: float) -> str:
     """No limit of its own: the caller gives one (``apply_async(time_limit=...)``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, time, timedelta
@@ -558,11 +559,29 @@ async def test_an_expired_task_is_revoked_not_run(worker, shop: Celery, db_url: 
         await get(past)
     assert services.gateway.calls[10] == 0
     row = job_row(db_url, int(past.id))
-    assert row["state"] == "cancelled" and "expired at" in row["errors"][-1]["error"]
+    assert row["state"] == "cancelled"
+    assert re.fullmatch(r"expired at \S+ \(its expires option\) before it ran; not run", row["errors"][-1]["error"])
 
 
-def test_the_example_worker_runs_from_the_command_line(shop: Celery, db_url: str, tmp_path: Any) -> None:
-    """`python -m awa_bridge worker examples.celery_migration.worker:client` replaces `celery worker --beat`."""
+async def test_a_task_no_worker_registered_fails_saying_so(worker, shop: Celery) -> None:
+    """A job of a task the worker never imported: awa's verdict reads as itself, not ``Error: ...``."""
+    result = shop.send_task("shop.tasks.add", (2, 3))
+    await worker()
+    with pytest.raises(TaskError) as raised:
+        await get(result)
+    assert str(raised.value) == (
+        "unknown job kind 'shop.tasks.add': no handler is registered for it on the worker that claimed it"
+        " (a worker runs only the handlers its code registered: with Celery, the tasks its app imported,"
+        " include=[...])"
+    )
+
+
+@pytest.mark.parametrize(
+    "target", ["examples.celery_migration.worker:client", "examples.celery_migration.celery_app:app"]
+)
+def test_the_example_worker_runs_from_the_command_line(shop: Celery, db_url: str, tmp_path: Any, target: str) -> None:
+    """`python -m awa_bridge worker examples.celery_migration.worker:client` replaces `celery worker --beat`;
+    so does naming the app itself, as `celery -A` does (the worker runs `app.client()`)."""
     import os
     import signal
     import subprocess
@@ -573,7 +592,7 @@ def test_the_example_worker_runs_from_the_command_line(shop: Celery, db_url: str
     log = tmp_path / "worker.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "awa_bridge", "worker", "examples.celery_migration.worker:client"],
+            [sys.executable, "-m", "awa_bridge", "worker", target],
             cwd=REPO_ROOT,
             env=env,
             stdout=out,
@@ -591,7 +610,9 @@ def test_the_example_worker_runs_from_the_command_line(shop: Celery, db_url: str
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert "worker started" in log.read_text()
+    output = log.read_text()
+    assert "worker started" in output
+    assert " WARNING " not in output, output  # its tasks and beat entries are all registered
 
 
 def test_failures_from_unknown_classes_come_back_as_task_error() -> None:
@@ -823,6 +844,35 @@ def test_eager_mode_runs_inline_with_retries_and_propagation() -> None:
         flaky(1)
     with pytest.raises(Retry):
         app.task(bind=True)(lambda self: self.retry())()
+
+
+def test_eager_results_read_as_celerys() -> None:
+    """EagerResult's AsyncResult properties, side by side with real Celery 5.7's in eager mode."""
+    import celery
+
+    ours = Celery("eager_result", set_as_current=False, task_always_eager=True)
+    ref = celery.Celery("eager_result", set_as_current=False)
+    ref.conf.task_always_eager = True
+
+    def flaky(self: Any, x: int, y: int = 0) -> int:
+        if x < 0:
+            raise ValueError("negative")
+        if self.request.retries < 1:
+            raise self.retry(countdown=0)
+        return x + y
+
+    names = ("name", "state", "retries", "args", "kwargs", "date_done", "children", "queue", "parent")
+    sides = []
+    for app in (ours, ref):
+        task = app.task(bind=True, name="eager_result.flaky")(flaky)
+        results = [task.delay(1, y=2), task.apply_async((-1,), queue="q"), task.apply((3,))]
+        sides.append([{name: getattr(r, name) for name in names} for r in results])
+    assert sides[0] == sides[1]
+    assert sides[0][0] == {
+        **dict.fromkeys(names),
+        "name": "eager_result.flaky",
+        "state": "SUCCESS",
+    }
 
 
 def test_eager_mode_refuses_the_calls_production_refuses_before_running_the_task(db_url: str) -> None:

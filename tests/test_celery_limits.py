@@ -149,7 +149,16 @@ def test_soft_time_limit_exceeded_is_retried_by_autoretry_for_as_celery_does(wor
     assert theirs.state == "FAILURE" and len(REF_RUNS) == 2
     result = finished(limits.soft_autoretry.delay("g"), 20)
     assert result.state == states.FAILURE and isinstance(result.result, SoftTimeLimitExceeded)
+    assert str(result.result) == "soft time limit of 0.3 s exceeded"
     assert len(noted("start g")) == len(REF_RUNS) == 2
+
+
+def test_a_failed_task_is_logged_once_by_the_worker(worker: Worker) -> None:
+    result = finished(limits.boom.delay("j"), 15)
+    assert result.state == states.FAILURE
+    worker.wait_log("failed for good")
+    lines = [line for line in worker.lines if "boom j" in line]
+    assert len(lines) == 1 and " ERROR " in lines[0] and "failed for good: ValueError: boom j" in lines[0], lines
 
 
 def test_a_time_limit_given_at_the_call_applies_to_that_call(worker: Worker) -> None:

@@ -231,7 +231,7 @@ def test_worker_on_an_unmigrated_database_exits_at_once(make_database: Callable[
     [
         ("nosuch.module:client", ["no module named 'nosuch.module'"]),
         ("tests.worker_app:nope", ["'tests.worker_app' has no attribute 'nope'"]),
-        ("tests.worker_app:os", ["tests.worker_app:os is a module, not an awa_bridge.worker.Client"]),
+        ("tests.worker_app:os", ["tests.worker_app:os is not an awa_bridge.worker.Client (it is a 'module' object)"]),
         ("tests.worker_app", ["expected MODULE:CLIENT", "'tests.worker_app'"]),
         (
             "tests.cli_broken_app:client",
@@ -495,3 +495,45 @@ def test_queues_pause_knows_a_queue_from_its_recorded_throughput(db_url: str) ->
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert f"queue {queue} paused" in done.stdout
     one_line_error(awa("queues", "pause", "emial", url=db_url), "unknown queue 'emial'")
+
+
+def celery_shop(folder: Path, include: bool) -> Path:
+    """The layout of docs/howto/celery.md: ``shop/celery_app.py`` (the app, a beat entry), ``shop/tasks.py``,
+    ``shop/worker.py`` (``client = app.client()``); the app names its tasks module only with ``include``."""
+    shop = folder / "shop"
+    shop.mkdir(parents=True)
+    (shop / "__init__.py").write_text("")
+    options = ", include=['shop.tasks']" if include else ""
+    (shop / "celery_app.py").write_text(
+        "from datetime import timedelta\n"
+        "from awa_bridge.celery import Celery\n"
+        f"app = Celery('shop'{options})\n"
+        "app.conf.beat_schedule = {'nightly-add': {'task': 'shop.tasks.add', 'schedule': timedelta(days=1)}}\n"
+    )
+    (shop / "tasks.py").write_text("from .celery_app import app\n\n\n@app.task\ndef add(x, y):\n    return x + y\n")
+    (shop / "worker.py").write_text("from .celery_app import app\n\nclient = app.client()\n")
+    return folder
+
+
+def test_a_celery_worker_that_imported_no_task_warns_at_start(workers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``worker shop.worker:client`` with tasks in shop/tasks.py that the app never imports: every call
+    would fail as an unknown job kind, so the worker says so at start; with ``include=[...]`` it is quiet."""
+    bare = workers.start(
+        unique_queue(), env={"PYTHONPATH": str(celery_shop(tmp_path / "bare", False))}, target="shop.worker:client"
+    )
+    bare.wait_log("beat_schedule entry")
+    warnings = [line for line in bare.lines if " WARNING " in line]
+    assert any(
+        "no tasks registered on this app ('shop'): import your tasks module (include=[...]" in line for line in warnings
+    ), bare.output
+    assert any(
+        "beat_schedule entry 'nightly-add': task 'shop.tasks.add' is not registered on this worker" in line
+        for line in warnings
+    ), bare.output
+    included = workers.start(
+        unique_queue(), env={"PYTHONPATH": str(celery_shop(tmp_path / "included", True))}, target="shop.worker:client"
+    ).wait_started()
+    for worker in (bare, included):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.output
+    assert not included.logged("no tasks registered") and not included.logged("beat_schedule entry"), included.output

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from .result import AsyncResult, GroupResult
 
 TaskBase = Task  # inside Awa, ``Task`` is the app.Task property
+
+log = logging.getLogger("awa_bridge.celery")
 
 _current: Awa | None = None
 _default: Awa | None = None
@@ -386,11 +389,13 @@ class Awa:
 
         # The built-in kinds once per client (a second app installed on it shares them).
         builtins = {k: v for k, v in builtin_tasks(self).items() if k not in client.registry.handlers}
-        for task in {**builtins, **self.tasks}.values():
+        own = self.tasks
+        for task in {**builtins, **own}.values():
             handler = make_handler(task)
             if wrap is not None:
                 handler = wrap(handler)
             client.registry.register(task.name, handler, kind=task.name, queue=self.queue_of(task))
+        client.hooks.add("ready", lambda worker: self._warn_unregistered(worker, bool(own)))
         client.hooks.add("ready", lambda worker: signals.worker_ready.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: signals.worker_shutdown.send(sender=worker))
         client.hooks.add("shutdown", lambda worker: child.shutdown())
@@ -399,6 +404,24 @@ class Awa:
             if job.name in client.schedules:
                 raise ValidationError("beat_schedule", f"schedule {job.name!r} is already declared on this client")
             client.schedules[job.name] = job
+
+    def _warn_unregistered(self, client: Any, has_tasks: bool) -> None:
+        """At worker start: what would fail every call for good as an unknown job kind."""
+        if not has_tasks:
+            log.warning(
+                "no tasks registered on this app (%r): import your tasks module (include=[...] or imports=[...] "
+                "on the app, or app.autodiscover_tasks()); a worker runs only the tasks it has imported, and "
+                "fails a job of any other kind for good (unknown job kind)",
+                self.main,
+            )
+        for name, entry in (self.conf.beat_schedule or {}).items():
+            if entry["task"] not in client.registry.handlers:
+                log.warning(
+                    "beat_schedule entry %r: task %r is not registered on this worker, so each firing fails for "
+                    "good (unknown job kind): import its module (include=[...] on the app)",
+                    name,
+                    entry["task"],
+                )
 
     @property
     def prefork(self) -> bool:

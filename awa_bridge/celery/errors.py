@@ -93,7 +93,8 @@ class TaskRevokedError(CeleryError):
 class TaskError(CeleryError):
     """A failed task's error whose class could not be rebuilt here.
 
-    ``exc_type`` is the original class's dotted path, ``exc_message`` its
+    ``exc_type`` is the original class's dotted path (``"Error"`` for awa's own
+    verdict, not an exception: an unknown job kind...), ``exc_message`` its
     message; ``traceback`` is the worker's traceback text.
     """
 
@@ -101,7 +102,10 @@ class TaskError(CeleryError):
         self.exc_type = exc_type
         self.exc_message = exc_message
         self.traceback = traceback
-        super().__init__(f"{exc_type}: {exc_message}" if exc_message else exc_type)
+        if exc_type == "Error" and exc_message:
+            super().__init__(exc_message)
+        else:
+            super().__init__(f"{exc_type}: {exc_message}" if exc_message else exc_type)
 
 
 class SoftTimeLimitExceeded(CeleryError):

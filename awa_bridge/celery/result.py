@@ -392,6 +392,9 @@ class AsyncResult:
 class EagerResult:
     """The result of a task run in eager mode (``apply()`` / ``task_always_eager``)."""
 
+    #: None, as on Celery's EagerResult: its task meta holds only the state, result, traceback and name.
+    retries = args = kwargs = date_done = children = queue = None
+
     def __init__(
         self, id: str, ret_value: Any, state: str, traceback: str | None = None, name: str | None = None
     ) -> None:

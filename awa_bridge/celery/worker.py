@@ -53,7 +53,15 @@ from ..args import canonical_json
 from ..errors import ValidationError
 from ..worker.outcomes import Cancel, RetryAfter, Snooze, TerminalError
 from . import signals, states
-from .errors import ChordError, ExceptionInfo, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
+from .errors import (
+    ChordError,
+    ExceptionInfo,
+    Retry,
+    SoftTimeLimitExceeded,
+    TaskRevokedError,
+    TimeLimitExceeded,
+    WorkerLostError,
+)
 from .result import EagerResult, exception_info, in_task
 from .serialization import decode, encode
 from .task import MAX_ATTEMPTS, Context, Task
@@ -93,7 +101,7 @@ def run_job(task: Task, job: Any) -> Any:
     eager = isinstance(job, EagerJob)
     expires = _expiry(meta, job.metadata)
     if expires is not None and datetime.now(UTC) >= expires:
-        return Cancel(f"expired at {expires.isoformat()} before it ran (expires=); not run")
+        return Cancel(f"expired at {expires.isoformat()} (its expires option) before it ran; not run")
     args, kwargs = _arguments(task, job.raw_args, meta)
     request = _request(task, job, meta, args, kwargs, expires, eager)
     if not eager:
@@ -132,12 +140,6 @@ def _call(task: Task, job: Any, args: Any, kwargs: Any, limits: tuple[float | No
     from .limits import limited_call, run_bounded, run_coroutine
 
     soft, hard = limits
-    if hard is not None and task.app.prefork:
-        from .child import module_of, run_in_child
-
-        module = module_of(task)
-        if module is not None:
-            return run_in_child(task, job, module, soft, hard)
 
     def attempt() -> Any:
         if task.is_async:
@@ -146,7 +148,18 @@ def _call(task: Task, job: Any, args: Any, kwargs: Any, limits: tuple[float | No
             return task.invoke(args, kwargs)
         return limited_call(lambda: task.invoke(args, kwargs), soft, hard, job)
 
-    return attempt() if hard is None else run_bounded(attempt, hard, f"{task.name}[{job.id}]")
+    try:
+        if hard is not None and task.app.prefork:
+            from .child import module_of, run_in_child
+
+            module = module_of(task)
+            if module is not None:
+                return run_in_child(task, job, module, soft, hard)
+        return attempt() if hard is None else run_bounded(attempt, hard, f"{task.name}[{job.id}]")
+    except SoftTimeLimitExceeded as exc:
+        if not exc.args and soft is not None:  # raised by the limit, which can only raise the bare class
+            exc.args = (f"soft time limit of {soft:g} s exceeded",)
+        raise
 
 
 def _arguments(task: Task, payload: Any, meta: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -280,7 +293,9 @@ def _fail(task: Task, job: Any, request: Context, meta: dict[str, Any], exc: Bas
     info = {**exception_info(exc), "attempt": job.attempt}
     job.update_metadata({"celery": {**{k: v for k, v in meta.items() if k != "exc"}, "exc": info}})
     if not isinstance(exc, task.throws):
-        log.warning("task %s[%s] failed: %s: %s", task.name, request.id, type(exc).__name__, exc)
+        # The worker logs the job's failure itself (its outcome line); eager mode has only this one.
+        level = logging.WARNING if isinstance(job, EagerJob) else logging.DEBUG
+        log.log(level, "task %s[%s] failed: %s: %s", task.name, request.id, type(exc).__name__, exc)
     einfo = ExceptionInfo(exc)
     _guarded(_tell_canvas, task, request, meta, exc, einfo)
     _hook(task.on_failure, exc, request.id, request.args, request.kwargs, einfo)

@@ -169,7 +169,12 @@ def seconds_left(ctx: JobContext) -> float | None:
 async def run_attempt(ex: Executor, handler: Handler | None, ctx: JobContext) -> Outcome | None:
     """Run the attempt; return its outcome, or None when it finalized itself (transactional)."""
     if handler is None:
-        return failed_at_once(ctx, f"unknown job kind {ctx.kind!r}: no handler is registered for it")
+        return failed_at_once(
+            ctx,
+            f"unknown job kind {ctx.kind!r}: no handler is registered for it on the worker that claimed it"
+            " (a worker runs only the handlers its code registered: with Celery, the tasks its app imported,"
+            " include=[...])",
+        )
     try:
         ctx.args = handler.decode(ctx.raw_args)
     except ArgsDecodeError as exc:
