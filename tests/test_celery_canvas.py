@@ -34,6 +34,7 @@ from awa_bridge.worker import Client
 
 from . import celery_canvas_app as canvas
 from .celery_canvas_app import add, fail, mul, tsum
+from .test_celery_compat import refused_alike_when_eager
 from .waiting import FAST, wait_until
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -427,21 +428,9 @@ def test_eager_mode_refuses_a_canvas_production_refuses_before_running_any_step(
         "chain: group then a bad step": lambda: (add.s(1, 1) | group(mul.s(2), mul.s(3)) | tsum.s(9)).delay(),
         "link of a later step": lambda: (add.s(1, 1) | mul.s(2).set(link=mul.s(2).set(queue=""))).delay(),
     }
-    production: dict[str, BaseException] = {}
-    for name, flow in flows.items():
-        with pytest.raises(Exception) as caught:
-            flow()
-        production[name] = caught.value
+    production = refused_alike_when_eager(ours, flows)
     assert isinstance(production["chain: later step's queue"], ValidationError)
-    assert count_rows(db_url) == 0 and runs == []
-
-    ours.conf.task_always_eager = True
-    for name, flow in flows.items():
-        with pytest.raises(Exception) as caught:
-            flow()
-        assert type(caught.value) is type(production[name]), name
-        assert str(caught.value) == str(production[name]), name
-    assert runs == [], "a step of a refused canvas ran"
+    assert count_rows(db_url) == 0 and runs == [], "a refused canvas wrote a job or ran a step"
     # Accepted canvases still run inline, as Celery's eager mode runs them.
     assert (add.s(1, 1) | mul.s(5).set(queue="other", countdown=10)).delay().get() == 10
     assert chord([add.s(1, 1), add.s(2, 2)], tsum.s().set(priority=9)).apply_async().get() == 6

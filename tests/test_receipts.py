@@ -494,8 +494,10 @@ def test_receipts_lab_ctrl_c_cleans_up_and_says_so_in_one_line(server_url: str, 
 
 def test_receipts_lab_without_psycopg_says_what_to_install(tmp_path: Path) -> None:
     """Without the example dependencies: one line saying what to install, not a traceback."""
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    from .test_user_paths import not_installed
+
+    absent = not_installed(tmp_path, "psycopg")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(absent), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "receipts_lab.py")],
         env=env,

@@ -87,17 +87,23 @@ def test_migrate_a_fresh_database_then_list(make_database: Callable[[], str]) ->
         assert "(none)" in listed.stdout or "(no schedules)" in listed.stdout
 
 
-def test_jobs_id_prints_the_error_history_as_tracebacks(db_url: str) -> None:
+def failed_with(db_url: str, error_type: str, error: str, trace: str) -> int:
+    """A job failed after one attempt whose error record is ``error_type: error`` with ``trace``; its id."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        job = insert_job_sync(conn, {"to": "ada@example.com"}, kind="send_email", queue="email")
-        trace = 'Traceback (most recent call last):\n  File "shop/tasks.py", line 9, in send\nTimeoutError: smtp'
+        job = insert_job_sync(conn, {"order": 7}, kind="charge_card", queue="billing")
         conn.execute(
             "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(), errors = ARRAY["
-            "jsonb_build_object('attempt', 1, 'type', 'TimeoutError', 'error', 'smtp', 'traceback', %s::text,"
+            "jsonb_build_object('attempt', 1, 'type', %s::text, 'error', %s::text, 'traceback', %s::text,"
             " 'at', '2026-01-02T03:04:05+00:00')] WHERE id = %s",
-            (trace, job.id),
+            (error_type, error, trace, job.id),
         )
-    done = awa("jobs", "--id", str(job.id), url=db_url)
+    return job.id
+
+
+def test_jobs_id_prints_the_error_history_as_tracebacks(db_url: str) -> None:
+    trace = 'Traceback (most recent call last):\n  File "shop/tasks.py", line 9, in send\nTimeoutError: smtp'
+    job_id = failed_with(db_url, "TimeoutError", "smtp", trace)
+    done = awa("jobs", "--id", str(job_id), url=db_url)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "errors (1):" in out
@@ -414,15 +420,8 @@ def test_jobs_id_opens_each_traceback_with_the_users_frames(db_url: str) -> None
         "    raise CardError(message)\n"
         "stripe.error.CardError: card declined"
     )
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        job = insert_job_sync(conn, {"order": 7}, kind="charge_card", queue="billing")
-        conn.execute(
-            "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(), errors = ARRAY["
-            "jsonb_build_object('attempt', 1, 'type', 'CardError', 'error', 'card declined', 'traceback', %s::text,"
-            " 'at', '2026-01-02T03:04:05+00:00')] WHERE id = %s",
-            (trace, job.id),
-        )
-    done = awa("jobs", "--id", str(job.id), url=db_url)
+    job_id = failed_with(db_url, "CardError", "card declined", trace)
+    done = awa("jobs", "--id", str(job_id), url=db_url)
     assert done.returncode == 0, done.stderr
     errors = done.stdout.split("errors (1):\n", 1)[1].splitlines()
     assert errors[:5] == [

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -74,16 +75,9 @@ def run(command: str, *args: str) -> str:
 def test_awa_worker_runs_jobs_and_stops_gracefully_on_sigterm(awa: None) -> None:
     orders = [Order.objects.create(customer=f"c{i}@example.com") for i in range(3)]
     jobs = [tasks.send_confirmation.enqueue(order.id) for order in orders]
-    worker = manage("awa_worker", "--queue", "email:2", "--queue", "default")
-    try:
-        wait_for(lambda: all(job_state(job.id) == "completed" for job in jobs) or worker.poll() is not None)
-        assert worker.poll() is None, worker.communicate()
-        worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-    assert worker.returncode == 0, err
+    out, err = worker_until(
+        lambda: all(job_state(job.id) == "completed" for job in jobs), "--queue", "email:2", "--queue", "default"
+    )
     assert "queues email (2), default (4)" in out
     assert "awa worker stopped" in out
     assert "shutting down" in err
@@ -95,26 +89,27 @@ def test_awa_worker_runs_jobs_and_stops_gracefully_on_sigterm(awa: None) -> None
 def test_awa_worker_deletes_a_schedule_removed_from_settings(awa: None) -> None:
     """Settings are the truth for AWA['PERIODIC']: the worker started after the last schedule was
     removed says so and deletes it (and its next fires) from the database."""
-    err = worker_until_schedules({}, ["nightly_digest"])
+    _, err = worker_until(lambda: cron_names() == ["nightly_digest"], "--queue", "default")
     assert "periodic jobs declared: nightly_digest" in err, err
-    err = worker_until_schedules({"AWA_TEST_NO_PERIODIC": "1"}, [])
+    _, err = worker_until(lambda: cron_names() == [], "--queue", "default", extra_env={"AWA_TEST_NO_PERIODIC": "1"})
     assert "no periodic jobs declared" in err, err
     assert "periodic jobs no longer declared, deleted: nightly_digest" in err, err
 
 
-def worker_until_schedules(extra_env: dict[str, str], names: list[str]) -> str:
-    """Run ``manage.py awa_worker`` until the declared schedules are ``names``, stop it; its stderr."""
-    worker = manage("awa_worker", "--queue", "default", extra_env=extra_env)
+def worker_until(done: Callable[[], bool], *args: str, extra_env: dict[str, str] | None = None) -> tuple[str, str]:
+    """Run ``manage.py awa_worker ARGS`` until ``done()``, stop it with SIGTERM; its stdout and stderr
+    (it must still be running then, and exit 0)."""
+    worker = manage("awa_worker", *args, extra_env=extra_env)
     try:
-        wait_for(lambda: worker.poll() is not None or cron_names() == names)
+        wait_for(lambda: worker.poll() is not None or done())
         assert worker.poll() is None, worker.communicate()
         worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=30)
+        out, err = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
             worker.kill()
     assert worker.returncode == 0, err
-    return err
+    return out, err
 
 
 def cron_names() -> list[str]:
